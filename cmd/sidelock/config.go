@@ -1,0 +1,188 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// config is every setting, read from SIDELOCK_* environment variables.
+type config struct {
+	Dev             bool          `envconfig:"DEV" desc:"run with 3 in-memory masters; nothing to install"`
+	ListenAddr      string        `envconfig:"LISTEN_ADDR" default:"127.0.0.1:7420" desc:"lock API address; must be loopback"`
+	AdminAddr       string        `envconfig:"ADMIN_ADDR" default:":7421" desc:"healthz, readyz and metrics address"`
+	RedisAddrs      []string      `envconfig:"REDIS_ADDRS" desc:"comma-separated host:port of N independent Redis masters"`
+	RedisUsername   string        `envconfig:"REDIS_USERNAME" desc:"Redis ACL user"`
+	RedisPassword   string        `envconfig:"REDIS_PASSWORD" desc:"Redis password"`
+	RedisTLS        bool          `envconfig:"REDIS_TLS" desc:"connect to the masters over TLS"`
+	RedisTLSCAFile  string        `envconfig:"REDIS_TLS_CA_FILE" desc:"PEM CA bundle that signs the masters' certificates (default: system roots)"`
+	RedisTLSCert    string        `envconfig:"REDIS_TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS"`
+	RedisTLSKey     string        `envconfig:"REDIS_TLS_KEY_FILE" desc:"PEM client key for mutual TLS"`
+	KeyPrefix       string        `envconfig:"KEY_PREFIX" default:"sidelock:" desc:"namespace of the keys on the masters"`
+	NodeTimeout     time.Duration `envconfig:"NODE_TIMEOUT" default:"50ms" desc:"bound on each call to one master"`
+	DriftFactor     float64       `envconfig:"DRIFT_FACTOR" default:"0.01" desc:"clock drift allowance, as a share of the key ttl"`
+	DefaultTTL      time.Duration `envconfig:"DEFAULT_TTL" default:"30s" desc:"caller lease when none is asked for"`
+	MaxTTL          time.Duration `envconfig:"MAX_TTL" default:"1h" desc:"longest caller lease"`
+	KeyTTL          time.Duration `envconfig:"KEY_TTL" default:"10s" desc:"ttl of the keys on the masters, renewed every third of it"`
+	MaxWait         time.Duration `envconfig:"MAX_WAIT" default:"5m" desc:"longest wait for a held lock"`
+	HealthInterval  time.Duration `envconfig:"HEALTH_INTERVAL" default:"1s" desc:"how often the masters are pinged for /readyz"`
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"5s" desc:"bound on releasing held locks at shutdown"`
+	LogFormat       string        `envconfig:"LOG_FORMAT" default:"text" desc:"text (coloured, for humans) or json"`
+	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+}
+
+const envPrefix = "SIDELOCK"
+
+// devMasters is how many in-memory masters dev mode runs: the smallest
+// number with a real quorum.
+const devMasters = 3
+
+func loadConfig() (config, error) {
+	var c config
+	if err := envconfig.Process(envPrefix, &c); err != nil {
+		return c, fmt.Errorf("configuration: %w", err)
+	}
+	return c, nil
+}
+
+// validate stops start-up on any setting that cannot work, with one message
+// naming every problem.
+func (c config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case c.Dev && len(c.RedisAddrs) > 0:
+		bad("SIDELOCK_DEV runs in-memory masters: unset SIDELOCK_REDIS_ADDRS or SIDELOCK_DEV")
+	case !c.Dev && len(c.RedisAddrs) == 0:
+		bad("SIDELOCK_REDIS_ADDRS is empty: list the Redis masters (host:port,...), or run with -dev")
+	}
+	for _, a := range c.RedisAddrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("SIDELOCK_REDIS_ADDRS: %q is not host:port", a)
+		}
+	}
+	if dup := firstDuplicate(c.RedisAddrs); dup != "" {
+		bad("SIDELOCK_REDIS_ADDRS lists %q twice: masters must be independent", dup)
+	}
+	if err := loopbackOnly(c.ListenAddr); err != nil {
+		bad("SIDELOCK_LISTEN_ADDR: %v", err)
+	}
+	if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
+		bad("SIDELOCK_ADMIN_ADDR: %q is not host:port", c.AdminAddr)
+	}
+	errs = append(errs, c.validateTiming()...)
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("SIDELOCK_LOG_FORMAT must be text or json, not %q", c.LogFormat)
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		bad("SIDELOCK_LOG_LEVEL: %v", err)
+	}
+	if (c.RedisTLSCert == "") != (c.RedisTLSKey == "") {
+		bad("SIDELOCK_REDIS_TLS_CERT_FILE and SIDELOCK_REDIS_TLS_KEY_FILE go together")
+	}
+	if !c.RedisTLS && (c.RedisTLSCAFile != "" || c.RedisTLSCert != "") {
+		bad("TLS files are set but SIDELOCK_REDIS_TLS is false")
+	}
+	return errors.Join(errs...)
+}
+
+// validateTiming checks that renewal can work: a round to the masters must
+// fit many times into the key ttl, and the key ttl within the caller's.
+func (c config) validateTiming() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.KeyTTL < time.Second {
+		bad("SIDELOCK_KEY_TTL %v must be at least 1s", c.KeyTTL)
+	}
+	if c.KeyTTL > c.MaxTTL {
+		bad("SIDELOCK_KEY_TTL %v must not exceed SIDELOCK_MAX_TTL %v", c.KeyTTL, c.MaxTTL)
+	}
+	if c.DefaultTTL < time.Second || c.DefaultTTL > c.MaxTTL {
+		bad("SIDELOCK_DEFAULT_TTL %v must be within [1s, SIDELOCK_MAX_TTL %v]", c.DefaultTTL, c.MaxTTL)
+	}
+	if c.NodeTimeout <= 0 || c.NodeTimeout*10 > c.KeyTTL {
+		bad("SIDELOCK_NODE_TIMEOUT %v must be positive and at most a tenth of SIDELOCK_KEY_TTL %v, so renewals fit within the key ttl", c.NodeTimeout, c.KeyTTL)
+	}
+	if c.DriftFactor < 0 || c.DriftFactor >= 0.5 {
+		bad("SIDELOCK_DRIFT_FACTOR %v must be within [0, 0.5)", c.DriftFactor)
+	}
+	if c.MaxWait < 0 {
+		bad("SIDELOCK_MAX_WAIT %v must not be negative", c.MaxWait)
+	}
+	if c.HealthInterval < 10*time.Millisecond {
+		bad("SIDELOCK_HEALTH_INTERVAL %v must be at least 10ms", c.HealthInterval)
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("SIDELOCK_SHUTDOWN_TIMEOUT %v must be positive", c.ShutdownTimeout)
+	}
+	return errs
+}
+
+// loopbackOnly refuses to expose the lock API beyond the pod: anything
+// that can reach it can take and release locks.
+func loopbackOnly(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address; the lock API listens on 127.0.0.1 or [::1] only", addr)
+	}
+	return nil
+}
+
+func firstDuplicate(addrs []string) string {
+	seen := make(map[string]bool, len(addrs))
+	for _, a := range addrs {
+		key := strings.ToLower(strings.TrimSpace(a))
+		if seen[key] {
+			return a
+		}
+		seen[key] = true
+	}
+	return ""
+}
+
+// tlsConfig builds the client TLS settings for the masters, verifying their
+// certificates against the CA file or the system roots.
+func (c config) tlsConfig() (*tls.Config, error) {
+	if !c.RedisTLS {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.RedisTLSCAFile != "" {
+		pem, err := os.ReadFile(c.RedisTLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading SIDELOCK_REDIS_TLS_CA_FILE: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("SIDELOCK_REDIS_TLS_CA_FILE %s holds no PEM certificate", c.RedisTLSCAFile)
+		}
+	}
+	if c.RedisTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.RedisTLSCert, c.RedisTLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("loading the Redis client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// envconfigUsage lists every setting with its default.
+func envconfigUsage(w io.Writer) error {
+	var c config
+	return envconfig.Usagef(envPrefix, &c, w, envconfig.DefaultTableFormat)
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lmittmann/tint"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sidelock/sidelock/httpapi"
+	"github.com/sidelock/sidelock/pkg/health"
+	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/pkg/metrics"
+	"github.com/sidelock/sidelock/pkg/redlock"
+	"github.com/sidelock/sidelock/pkg/redlock/memnode"
+	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
+)
+
+// run is the whole program; main only supplies the process's context,
+// arguments, environment and streams.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dev := fs.Bool("dev", false, "run with 3 in-memory masters (same as SIDELOCK_DEV=true)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() { usage(fs, stderr) }
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "sidelock", version)
+		return nil
+	}
+	switch sub := fs.Arg(0); sub {
+	case "", "serve":
+	default:
+		return fmt.Errorf("unknown command %q (commands: serve)", sub)
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	cfg.Dev = cfg.Dev || *dev
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	return serve(ctx, cfg, getenv, stdout, stderr)
+}
+
+func usage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintf(w, "usage: sidelock [-dev] [serve]\n\nflags:\n")
+	fs.PrintDefaults()
+	fmt.Fprintf(w, "\nconfiguration (environment):\n")
+	_ = envconfigUsage(w)
+}
+
+// serve runs the sidecar until ctx ends, then releases every held lock.
+func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, stderr io.Writer) error {
+	log := newLogger(cfg, getenv, stderr)
+	nodes, err := buildNodes(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeNodes(nodes)
+	locker, err := redlock.New(nodes, redlock.Config{NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor})
+	if err != nil {
+		return err
+	}
+	checker, err := health.New(nodes, locker.Quorum(), health.Config{Interval: cfg.HealthInterval, Timeout: cfg.NodeTimeout})
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	var leases *lease.Manager
+	m := metrics.New(reg, metrics.Sources{LocksHeld: func() int { return leases.Len() }, Health: checker.Report})
+	leases, err = lease.NewManager(locker, lease.Config{
+		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
+		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, Observer: m, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+
+	apiLn, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("lock API: %w", err)
+	}
+	adminLn, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		apiLn.Close()
+		return fmt.Errorf("admin listener: %w", err)
+	}
+	api := newHTTPServer(httpapi.NewServer(log, leases, m), log)
+	admin := newHTTPServer(httpapi.NewAdminServer(log, checker, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), log)
+
+	checkCtx, stopChecks := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopChecks()
+	go checker.Run(checkCtx)
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- api.Serve(apiLn) }()
+	go func() { serveErr <- admin.Serve(adminLn) }()
+
+	log.Info("sidelock started", "version", version, "api", apiLn.Addr().String(), "admin", adminLn.Addr().String(),
+		"masters", len(nodes), "quorum", locker.Quorum(), "dev", cfg.Dev)
+	if cfg.Dev {
+		printQuickStart(stdout, apiLn.Addr().String())
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		log.Error("listener failed", "err", err)
+	}
+	return shutdown(cfg, log, leases, api, admin)
+}
+
+// shutdown stops taking acquisitions, releases every held lock on the
+// masters, then closes the listeners, all within the shutdown timeout.
+func shutdown(cfg config, log *slog.Logger, leases *lease.Manager, servers ...*http.Server) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	held := leases.Len()
+	err := leases.Close(ctx)
+	log.Info("shutting down", "released", held, "err", err)
+	for _, s := range servers {
+		if e := s.Shutdown(ctx); e != nil {
+			s.Close()
+		}
+	}
+	return err
+}
+
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+}
+
+func buildNodes(cfg config) ([]redlock.Node, error) {
+	if cfg.Dev {
+		nodes := make([]redlock.Node, devMasters)
+		for i := range nodes {
+			nodes[i] = memnode.New(fmt.Sprintf("memory-%d", i+1))
+		}
+		return nodes, nil
+	}
+	tlsCfg, err := cfg.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]redlock.Node, len(cfg.RedisAddrs))
+	for i, addr := range cfg.RedisAddrs {
+		nodes[i] = redisnode.New(redisnode.Options{
+			Addr: strings.TrimSpace(addr), Username: cfg.RedisUsername, Password: cfg.RedisPassword, TLS: tlsCfg,
+		})
+	}
+	return nodes, nil
+}
+
+func closeNodes(nodes []redlock.Node) {
+	for _, n := range nodes {
+		_ = n.Close()
+	}
+}
+
+func newLogger(cfg config, getenv func(string) string, w io.Writer) *slog.Logger {
+	level, _ := parseLevel(cfg.LogLevel) // validated already
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	}
+	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly, NoColor: !colourful(w, getenv)}))
+}
+
+// colourful is true for a terminal, unless NO_COLOR is set.
+func colourful(w io.Writer, getenv func(string) string) bool {
+	if getenv("NO_COLOR") != "" {
+		return false
+	}
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("%q is not debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func printQuickStart(w io.Writer, apiAddr string) {
+	base := "http://" + apiAddr
+	fmt.Fprintf(w, "sidelock dev mode: 3 in-memory masters, lock API on %s. Try:\n", base)
+	fmt.Fprintf(w, "  curl -s -X POST '%s/locks/demo?ttl=30s'\n", base)
+	fmt.Fprintf(w, "  curl -i -X DELETE -H 'Lock-Token: <token from above>' %s/locks/demo\n", base)
+}

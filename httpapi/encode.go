@@ -1,0 +1,138 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/lease"
+)
+
+// problem is an RFC 9457 problem details body with a stable machine code.
+type problem struct {
+	Code         string `json:"code"`
+	Title        string `json:"title"`
+	Status       int    `json:"status"`
+	Detail       string `json:"detail,omitempty"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+}
+
+// apiError is an error the edge already knows how to answer.
+type apiError struct {
+	status int
+	code   string
+	detail string
+}
+
+func (e *apiError) Error() string { return e.detail }
+
+func badRequest(code, format string, args ...any) error {
+	return &apiError{status: http.StatusBadRequest, code: code, detail: fmt.Sprintf(format, args...)}
+}
+
+// writeJSON is the one place that encodes a success body.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError is the one place that maps an error to a status and a code.
+func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
+	p := problemFor(err)
+	if p.Status >= http.StatusInternalServerError && p.Code == "internal" {
+		log.Error("request failed", "err", err)
+	}
+	if p.RetryAfterMS > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(float64(p.RetryAfterMS)/1000)), 10))
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+func problemFor(err error) problem {
+	var api *apiError
+	var held *lease.HeldError
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &api):
+		return newProblem(api.status, api.code, api.detail)
+	case errors.As(err, &tooBig):
+		return newProblem(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
+	case errors.As(err, &held):
+		p := newProblem(http.StatusConflict, "lock_held", "the lock is held by another owner")
+		p.RetryAfterMS = held.RetryAfter.Milliseconds()
+		return p
+	case errors.Is(err, lease.ErrInvalid):
+		return newProblem(http.StatusBadRequest, "invalid_request", err.Error())
+	case errors.Is(err, lease.ErrLeaseGone):
+		return newProblem(http.StatusGone, "lease_gone", "this token does not hold the lock (expired, lost, released or never held)")
+	case errors.Is(err, lease.ErrNoQuorum):
+		return newProblem(http.StatusServiceUnavailable, "no_quorum", err.Error())
+	case errors.Is(err, lease.ErrShuttingDown):
+		return newProblem(http.StatusServiceUnavailable, "shutting_down", "the sidecar is shutting down and releasing its locks")
+	case errors.Is(err, context.Canceled):
+		return newProblem(499, "client_closed_request", "the client went away; nothing is held for it")
+	case errors.Is(err, context.DeadlineExceeded):
+		return newProblem(http.StatusServiceUnavailable, "timeout", "the masters did not answer in time")
+	default:
+		return newProblem(http.StatusInternalServerError, "internal", "internal error")
+	}
+}
+
+func newProblem(status int, code, detail string) problem {
+	title := http.StatusText(status)
+	if title == "" {
+		title = code
+	}
+	return problem{Code: code, Title: title, Status: status, Detail: detail}
+}
+
+// leaseBody is the answer to acquire and extend.
+type leaseBody struct {
+	Name           string    `json:"name"`
+	Token          string    `json:"token,omitempty"`
+	Owner          string    `json:"owner"`
+	TTL            string    `json:"ttl"`
+	AcquiredAt     time.Time `json:"acquired_at"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	ValidUntil     time.Time `json:"valid_until"`
+}
+
+func leaseJSON(in lease.Info) leaseBody {
+	return leaseBody{
+		Name:           in.Name,
+		Token:          in.Token,
+		Owner:          in.Owner,
+		TTL:            in.TTL.String(),
+		AcquiredAt:     in.AcquiredAt.UTC(),
+		LeaseExpiresAt: in.LeaseExpiresAt.UTC(),
+		ValidUntil:     in.ValidUntil.UTC(),
+	}
+}
+
+// statusBody is the answer to an inspection.
+type statusBody struct {
+	Name       string     `json:"name"`
+	Held       bool       `json:"held"`
+	Owner      string     `json:"owner,omitempty"`
+	ValidUntil *time.Time `json:"valid_until,omitempty"`
+}
+
+func statusJSON(st lease.Status) statusBody {
+	b := statusBody{Name: st.Name, Held: st.Held, Owner: st.Owner}
+	if st.Held {
+		t := st.ValidUntil.UTC()
+		b.ValidUntil = &t
+	}
+	return b
+}

@@ -1,0 +1,88 @@
+package httpapi
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/sidelock/sidelock/pkg/lease"
+)
+
+func handleAcquire(log *slog.Logger, leases *lease.Manager) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, err := acquireRequest(r)
+		if err != nil {
+			writeError(w, log, err)
+			return
+		}
+		info, err := leases.Acquire(r.Context(), req)
+		if err != nil {
+			writeError(w, log, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, leaseJSON(info))
+	})
+}
+
+func handleExtend(log *slog.Logger, leases *lease.Manager) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tr, err := readTokenRequest(r, true)
+		if err != nil {
+			writeError(w, log, err)
+			return
+		}
+		info, err := leases.Extend(r.Context(), tr.name, tr.token, tr.ttl)
+		if err != nil {
+			writeError(w, log, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, leaseJSON(info))
+	})
+}
+
+func handleRelease(log *slog.Logger, leases *lease.Manager) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tr, err := readTokenRequest(r, false)
+		if err != nil {
+			writeError(w, log, err)
+			return
+		}
+		if err := leases.Release(r.Context(), tr.name, tr.token); err != nil {
+			writeError(w, log, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+func handleInspect(log *slog.Logger, leases *lease.Manager) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, err := lockName(r)
+		if err == nil && r.URL.RawQuery != "" {
+			err = badRequest("invalid_query", "inspect takes no parameters")
+		}
+		if err != nil {
+			writeError(w, log, err)
+			return
+		}
+		st, err := leases.Inspect(r.Context(), name)
+		if err != nil {
+			writeError(w, log, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, statusJSON(st))
+	})
+}
+
+func handleList(leases *lease.Manager) http.Handler {
+	type listBody struct {
+		Locks []leaseBody `json:"locks"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		infos := leases.List()
+		body := listBody{Locks: make([]leaseBody, 0, len(infos))}
+		for _, in := range infos {
+			body.Locks = append(body.Locks, leaseJSON(in))
+		}
+		writeJSON(w, http.StatusOK, body)
+	})
+}

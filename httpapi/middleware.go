@@ -1,0 +1,95 @@
+package httpapi
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+)
+
+func notFound(log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, log, &apiError{status: http.StatusNotFound, code: "not_found", detail: "no such route; the lock API is /locks and /locks/{name}"})
+	})
+}
+
+func methodNotAllowed(log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, log, &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed", detail: fmt.Sprintf("%s is not allowed on this route", r.Method)})
+	})
+}
+
+// limitBody caps request bodies; reading past the cap yields a 413.
+func limitBody(n int64) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			r.Body = http.MaxBytesReader(w, r.Body, n)
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// recoverer turns a panic into a JSON 500 and a log line (never expected).
+func recoverer(log *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				if v := recover(); v != nil {
+					if v == http.ErrAbortHandler {
+						panic(v)
+					}
+					writeError(w, log, fmt.Errorf("panic: %v", v))
+				}
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// observe reports each request by route pattern, never by raw path (which
+// holds the lock name) or query (which may hold a token).
+func observe(obs RequestObserver) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		if obs == nil {
+			return next
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+			next.ServeHTTP(sw, r)
+			route := "unmatched"
+			if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+				route = rc.RoutePattern()
+			}
+			obs.Request(route, methodLabel(r.Method), sw.status, time.Since(start))
+		})
+	}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status      int
+	wroteHeader bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		w.status, w.wroteHeader = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer
+// (flushing for streams).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// methodLabel bounds the method label: clients may send any token.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodOptions:
+		return m
+	}
+	return "other"
+}

@@ -1,0 +1,227 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/sidelock/sidelock/pkg/lease"
+)
+
+// lockParams are the parameters a lock request may carry, in the query
+// string or a JSON body (not both for the same parameter).
+type lockParams struct {
+	TTL   *string `json:"ttl"`
+	Wait  *string `json:"wait"`
+	Owner *string `json:"owner"`
+	Token *string `json:"token"`
+}
+
+// tokenHeader carries the lease token (preferred: it stays out of URLs and
+// access logs).
+const tokenHeader = "Lock-Token"
+
+// tokenLen is the length of a token: 128 random bits in hex.
+const tokenLen = 32
+
+// lockName reads and validates the name from the wildcard route.
+func lockName(r *http.Request) (string, error) {
+	name := chi.URLParam(r, "*")
+	if err := lease.ValidateName(name); err != nil {
+		return "", badRequest("invalid_name", "%s", err.Error())
+	}
+	return name, nil
+}
+
+// readParams merges the query string and the JSON body, rejecting unknown
+// or repeated parameters so a typo never silently takes a default.
+func readParams(r *http.Request) (lockParams, error) {
+	fromBody, err := bodyParams(r)
+	if err != nil {
+		return lockParams{}, err
+	}
+	fromQuery, err := queryParams(r.URL.RawQuery)
+	if err != nil {
+		return lockParams{}, err
+	}
+	return merge(fromQuery, fromBody)
+}
+
+func bodyParams(r *http.Request) (lockParams, error) {
+	var p lockParams
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return p, err
+		}
+		return p, badRequest("invalid_body", "reading the request body: %v", err)
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return p, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return p, badRequest("invalid_body", "the body must be a JSON object with string fields ttl, wait, owner, token: %v", err)
+	}
+	if dec.More() {
+		return p, badRequest("invalid_body", "the body must hold exactly one JSON object")
+	}
+	return p, nil
+}
+
+func queryParams(rawQuery string) (lockParams, error) {
+	var p lockParams
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return p, badRequest("invalid_query", "malformed query string: %v", err)
+	}
+	fields := map[string]**string{"ttl": &p.TTL, "wait": &p.Wait, "owner": &p.Owner, "token": &p.Token}
+	for key, values := range q {
+		field, ok := fields[key]
+		if !ok {
+			return p, badRequest("invalid_query", "unknown parameter %q (known: ttl, wait, owner, token)", key)
+		}
+		if len(values) != 1 {
+			return p, badRequest("invalid_query", "parameter %q is given more than once", key)
+		}
+		*field = &values[0]
+	}
+	return p, nil
+}
+
+func merge(a, b lockParams) (lockParams, error) {
+	pick := func(name string, x, y *string) (*string, error) {
+		if x != nil && y != nil {
+			return nil, badRequest("invalid_request", "%s is given both in the query and the body", name)
+		}
+		if x != nil {
+			return x, nil
+		}
+		return y, nil
+	}
+	var out lockParams
+	var err error
+	if out.TTL, err = pick("ttl", a.TTL, b.TTL); err != nil {
+		return out, err
+	}
+	if out.Wait, err = pick("wait", a.Wait, b.Wait); err != nil {
+		return out, err
+	}
+	if out.Owner, err = pick("owner", a.Owner, b.Owner); err != nil {
+		return out, err
+	}
+	out.Token, err = pick("token", a.Token, b.Token)
+	return out, err
+}
+
+// duration parses an optional Go duration; absent is 0.
+func duration(name string, v *string) (time.Duration, error) {
+	if v == nil {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(*v)
+	if err != nil || d < 0 {
+		return 0, badRequest("invalid_"+name, "%s must be a non-negative Go duration such as \"30s\" or \"1m30s\", got %q", name, *v)
+	}
+	if d == 0 && name == "ttl" {
+		return 0, badRequest("invalid_ttl", "ttl must be positive; leave it out for the default")
+	}
+	return d, nil
+}
+
+// token reads the lease token from the Lock-Token header or the token
+// parameter; it must be 32 lowercase hex characters.
+func token(r *http.Request, p lockParams) (string, error) {
+	header := r.Header.Values(tokenHeader)
+	if len(header) > 1 {
+		return "", badRequest("invalid_token", "the %s header is given more than once", tokenHeader)
+	}
+	var tok string
+	switch {
+	case len(header) == 1 && p.Token != nil && header[0] != *p.Token:
+		return "", badRequest("invalid_token", "the %s header and the token parameter differ", tokenHeader)
+	case len(header) == 1:
+		tok = header[0]
+	case p.Token != nil:
+		tok = *p.Token
+	default:
+		return "", badRequest("missing_token", "the lease token is required, in the %s header or the token parameter", tokenHeader)
+	}
+	if !wellFormedToken(tok) {
+		return "", badRequest("invalid_token", "a token is %d lowercase hex characters, as returned by acquire", tokenLen)
+	}
+	return tok, nil
+}
+
+func wellFormedToken(tok string) bool {
+	if len(tok) != tokenLen {
+		return false
+	}
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// acquireRequest builds the lease request of a POST.
+func acquireRequest(r *http.Request) (lease.Request, error) {
+	name, err := lockName(r)
+	if err != nil {
+		return lease.Request{}, err
+	}
+	p, err := readParams(r)
+	if err != nil {
+		return lease.Request{}, err
+	}
+	if p.Token != nil {
+		return lease.Request{}, badRequest("invalid_request", "acquire takes no token")
+	}
+	req := lease.Request{Name: name}
+	if p.Owner != nil {
+		req.Owner = *p.Owner
+	}
+	if req.TTL, err = duration("ttl", p.TTL); err != nil {
+		return req, err
+	}
+	req.Wait, err = duration("wait", p.Wait)
+	return req, err
+}
+
+// tokenRequest is the name, token and optional ttl of a PUT or DELETE.
+type tokenRequest struct {
+	name  string
+	token string
+	ttl   time.Duration
+}
+
+func readTokenRequest(r *http.Request, allowTTL bool) (tokenRequest, error) {
+	var tr tokenRequest
+	name, err := lockName(r)
+	if err != nil {
+		return tr, err
+	}
+	p, err := readParams(r)
+	if err != nil {
+		return tr, err
+	}
+	if p.Wait != nil || p.Owner != nil || (p.TTL != nil && !allowTTL) {
+		return tr, badRequest("invalid_request", "only token%s may be given here", map[bool]string{true: " and ttl", false: ""}[allowTTL])
+	}
+	tr.name = name
+	if tr.token, err = token(r, p); err != nil {
+		return tr, err
+	}
+	tr.ttl, err = duration("ttl", p.TTL)
+	return tr, err
+}

@@ -1,0 +1,33 @@
+package httpapi
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/sidelock/sidelock/pkg/lease"
+)
+
+// addLockRoutes is every route of the lock API. Lock names may contain "/",
+// so a name is the rest of the path after /locks/.
+func addLockRoutes(r chi.Router, log *slog.Logger, leases *lease.Manager, obs RequestObserver) {
+	r.Use(recoverer(log), observe(obs), limitBody(MaxBodyBytes))
+	r.NotFound(notFound(log).ServeHTTP)
+	r.MethodNotAllowed(methodNotAllowed(log).ServeHTTP)
+	r.Method(http.MethodGet, "/locks", handleList(leases))
+	r.Method(http.MethodPost, "/locks/*", handleAcquire(log, leases))
+	r.Method(http.MethodPut, "/locks/*", handleExtend(log, leases))
+	r.Method(http.MethodDelete, "/locks/*", handleRelease(log, leases))
+	r.Method(http.MethodGet, "/locks/*", handleInspect(log, leases))
+}
+
+// addAdminRoutes is every route of the admin listener.
+func addAdminRoutes(r chi.Router, log *slog.Logger, ready Readiness, metrics http.Handler) {
+	r.Use(recoverer(log))
+	r.NotFound(notFound(log).ServeHTTP)
+	r.MethodNotAllowed(methodNotAllowed(log).ServeHTTP)
+	r.Method(http.MethodGet, "/healthz", handleHealthz())
+	r.Method(http.MethodGet, "/readyz", handleReadyz(ready))
+	r.Method(http.MethodGet, "/metrics", metrics)
+}

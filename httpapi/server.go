@@ -1,0 +1,42 @@
+// Package httpapi serves sidelock's lock API on loopback and its admin
+// endpoints (health, readiness, metrics). Every route is in routes.go;
+// every error becomes a status and a JSON problem in encode.go.
+package httpapi
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/sidelock/sidelock/pkg/health"
+	"github.com/sidelock/sidelock/pkg/lease"
+)
+
+// MaxBodyBytes caps every request body.
+const MaxBodyBytes = 64 << 10
+
+// RequestObserver records finished requests (for metrics).
+type RequestObserver interface {
+	Request(route, method string, code int, elapsed time.Duration)
+}
+
+// Readiness reports whether a quorum of masters answers.
+type Readiness interface {
+	Report() health.Report
+}
+
+// NewServer returns the lock API handler.
+func NewServer(log *slog.Logger, leases *lease.Manager, obs RequestObserver) http.Handler {
+	r := chi.NewRouter()
+	addLockRoutes(r, log, leases, obs)
+	return r
+}
+
+// NewAdminServer returns the admin handler: /healthz, /readyz, /metrics.
+func NewAdminServer(log *slog.Logger, ready Readiness, metrics http.Handler) http.Handler {
+	r := chi.NewRouter()
+	addAdminRoutes(r, log, ready, metrics)
+	return r
+}

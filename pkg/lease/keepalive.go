@@ -1,0 +1,246 @@
+package lease
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/redlock"
+)
+
+// lease is one lock held through this sidecar. Its goroutine (run) is the
+// only one that talks to the masters about it or changes its timing.
+type lease struct {
+	m          *Manager
+	name       string
+	key        string
+	value      string
+	token      string
+	owner      string
+	acquiredAt time.Time
+	ops        chan op
+	done       chan struct{} // closed when the goroutine has ended the lease
+
+	// Written by run only; read under the Manager's or snapshot's lock.
+	ttl        time.Duration
+	keyTTL     time.Duration
+	expiresAt  time.Time
+	validUntil time.Time
+}
+
+type opKind int
+
+const (
+	opExtend opKind = iota
+	opRelease
+)
+
+type op struct {
+	kind  opKind
+	ttl   time.Duration
+	reply chan opResult
+}
+
+type opResult struct {
+	info Info
+	err  error
+}
+
+func newLease(m *Manager, req Request) (*lease, error) {
+	token, err := newSecret()
+	if err != nil {
+		return nil, err
+	}
+	id, err := newSecret()
+	if err != nil {
+		return nil, err
+	}
+	now := m.cfg.Now()
+	return &lease{
+		m:          m,
+		name:       req.Name,
+		key:        m.cfg.KeyPrefix + req.Name,
+		value:      masterValue(id, req.Owner),
+		token:      token,
+		owner:      req.Owner,
+		acquiredAt: now,
+		ops:        make(chan op),
+		done:       make(chan struct{}),
+		ttl:        req.TTL,
+		keyTTL:     m.keyTTL(req.TTL),
+		expiresAt:  now.Add(req.TTL),
+	}, nil
+}
+
+// hasToken compares in constant time, so response timing leaks nothing.
+func (l *lease) hasToken(token string) bool {
+	return subtle.ConstantTimeCompare([]byte(l.token), []byte(token)) == 1
+}
+
+// do hands an operation to the lease's goroutine and waits for its answer.
+func (l *lease) do(ctx context.Context, o op) (Info, error) {
+	o.reply = make(chan opResult, 1)
+	select {
+	case l.ops <- o:
+	case <-l.done:
+		return Info{}, ErrLeaseGone
+	case <-ctx.Done():
+		return Info{}, ctx.Err()
+	}
+	r := <-o.reply // the goroutine always answers an accepted op
+	return r.info, r.err
+}
+
+// run keeps the key alive on the masters until the lease ends.
+func (l *lease) run() {
+	defer l.m.wg.Done()
+	defer close(l.done)
+	renew := time.NewTimer(l.renewInterval())
+	defer renew.Stop()
+	lapse := time.NewTimer(l.expiresAt.Sub(l.m.cfg.Now()))
+	defer lapse.Stop()
+	for {
+		select {
+		case <-renew.C:
+			next, err := l.renew()
+			if err != nil {
+				l.end(EndLost, err)
+				return
+			}
+			renew.Reset(next)
+		case <-lapse.C:
+			l.end(EndExpired, nil)
+			return
+		case <-l.m.stopping:
+			l.end(EndShutdown, nil)
+			return
+		case o := <-l.ops:
+			if o.kind == opRelease {
+				l.end(EndReleased, nil)
+				o.reply <- opResult{}
+				return
+			}
+			info, err := l.extend(o.ttl)
+			o.reply <- opResult{info: info, err: err}
+			if err != nil {
+				l.end(EndLost, err)
+				return
+			}
+			renew.Reset(l.renewInterval())
+			lapse.Reset(l.expiresAt.Sub(l.m.cfg.Now()))
+		}
+	}
+}
+
+// renewInterval is a third of the key ttl: two more tries fit before the
+// key would lapse.
+func (l *lease) renewInterval() time.Duration { return l.keyTTL / 3 }
+
+// retryInterval spaces renewals after a failed one.
+func (l *lease) retryInterval() time.Duration { return max(l.keyTTL/10, 10*time.Millisecond) }
+
+// renew extends the key on a quorum. It returns when to renew next, or an
+// error once the lock is lost: others hold it, or the validity ran out
+// before any renewal reached a quorum.
+func (l *lease) renew() (time.Duration, error) {
+	err := l.confirm()
+	l.m.obs.Renewal(err == nil)
+	switch {
+	case err == nil:
+		return l.renewInterval(), nil
+	case errors.Is(err, ErrLeaseGone):
+		return 0, err
+	}
+	left := l.snapshot().ValidUntil.Sub(l.m.cfg.Now())
+	if left <= 0 {
+		return 0, err
+	}
+	return min(l.retryInterval(), left), nil
+}
+
+// confirm extends the key on a quorum while the previous grant is still
+// valid; after that the lock may have been free and granted to another, so
+// it is lost even if the keys could be set again.
+func (l *lease) confirm() error {
+	now := l.m.cfg.Now()
+	if !now.Before(l.snapshot().ValidUntil) {
+		return ErrLeaseGone
+	}
+	grant, err := l.m.locker.Extend(context.Background(), l.key, l.value, l.keyTTL)
+	if errors.Is(err, redlock.ErrNotHeld) {
+		return errors.Join(ErrLeaseGone, err)
+	}
+	if err != nil {
+		return err
+	}
+	l.m.mu.Lock()
+	l.validUntil = grant.ValidUntil
+	l.m.mu.Unlock()
+	return nil
+}
+
+// extend is the caller's heartbeat: the lease is pushed out and the lock
+// confirmed on a quorum. A failed confirmation keeps the lease (the previous
+// grant is still valid) but says so; only a lost lock ends it.
+func (l *lease) extend(ttl time.Duration) (Info, error) {
+	now := l.m.cfg.Now()
+	if !now.Before(l.snapshot().LeaseExpiresAt) {
+		return Info{}, ErrLeaseGone
+	}
+	l.m.mu.Lock()
+	if ttl != 0 {
+		l.ttl = ttl
+		l.keyTTL = l.m.keyTTL(ttl)
+	}
+	l.expiresAt = now.Add(l.ttl)
+	l.m.mu.Unlock()
+	err := l.confirm()
+	l.m.obs.Renewal(err == nil)
+	if errors.Is(err, ErrLeaseGone) {
+		return Info{}, err
+	}
+	// A transient miss leaves the lease valid until its last ValidUntil.
+	return l.info(true), nil
+}
+
+// end releases the key on every master and forgets the lease.
+func (l *lease) end(reason EndReason, cause error) {
+	err := l.m.locker.Release(context.Background(), l.key, l.value)
+	l.m.mu.Lock()
+	delete(l.m.leases, l.name)
+	l.m.mu.Unlock()
+	l.m.obs.Ended(reason)
+	switch {
+	case reason == EndLost:
+		l.m.log.Warn("lock lost", "name", l.name, "owner", l.owner, "cause", cause)
+	case err != nil:
+		l.m.log.Warn("release did not reach a quorum; keys lapse after their ttl", "name", l.name, "reason", string(reason), "err", err)
+	default:
+		l.m.log.Debug("lock released", "name", l.name, "reason", string(reason))
+	}
+}
+
+// snapshot is the lease's current state, without the token.
+func (l *lease) snapshot() Info { return l.info(false) }
+
+func (l *lease) info(withToken bool) Info {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	return l.infoLocked(withToken)
+}
+
+func (l *lease) infoLocked(withToken bool) Info {
+	in := Info{
+		Name:           l.name,
+		Owner:          l.owner,
+		TTL:            l.ttl,
+		AcquiredAt:     l.acquiredAt,
+		LeaseExpiresAt: l.expiresAt,
+		ValidUntil:     l.validUntil,
+	}
+	if withToken {
+		in.Token = l.token
+	}
+	return in
+}

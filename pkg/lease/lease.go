@@ -1,0 +1,458 @@
+// Package lease keeps the locks held through this sidecar and keeps them
+// alive for callers that are still alive.
+//
+// Two clocks run per lease. The key on the masters carries a short key ttl
+// (default 10s, never more than the caller's ttl) that a keep-alive goroutine
+// renews on a quorum about every third of it, so a sidecar that dies frees its
+// locks within one key ttl. The caller's lease (its ttl) is kept alive by
+// Extend; when it lapses, renewal stops and the key is released at once.
+//
+// Each lease is owned by exactly one goroutine: renewals, extends, releases
+// and the lapse are all serialised through it, so no lock is held across I/O
+// and no two operations on one lease race.
+//
+// What is NOT guaranteed: a lease is an advisory lock. ValidUntil is the only
+// promise — until then a majority of masters holds the key. If every renewal
+// fails until then, the lease is lost: Extend and Release answer ErrLeaseGone
+// from that moment, but a caller that does not ask will not know. A caller
+// that must not act on a stale lock uses fencing.
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/redlock"
+)
+
+// Errors returned by Manager; match with errors.Is.
+var (
+	ErrInvalid      = errors.New("invalid request")
+	ErrLockHeld     = redlock.ErrLockHeld
+	ErrNoQuorum     = redlock.ErrNoQuorum
+	ErrLeaseGone    = errors.New("lease gone")
+	ErrShuttingDown = errors.New("sidecar is shutting down")
+)
+
+// HeldError carries the retry hint of ErrLockHeld.
+type HeldError = redlock.HeldError
+
+// Limits of a request, enforced by Manager.
+const (
+	MinTTL        = time.Second
+	MaxOwnerLen   = 128
+	MaxNameLen    = 256
+	tokenBytes    = 16 // 128 bits from crypto/rand
+	retryJitterLo = 50 * time.Millisecond
+	retryJitterHi = 250 * time.Millisecond
+)
+
+// Config configures a Manager; Validate reports bad combinations.
+type Config struct {
+	KeyPrefix  string        // namespace of keys on the masters
+	KeyTTL     time.Duration // longest ttl put on the masters
+	DefaultTTL time.Duration // caller ttl when none is asked for
+	MaxTTL     time.Duration // longest caller ttl
+	MaxWait    time.Duration // longest wait for a held lock
+	Now        func() time.Time
+	Observer   Observer
+	Logger     *slog.Logger
+}
+
+// Validate checks the timing rules that keep renewal sound.
+func (c Config) Validate() error {
+	switch {
+	case c.KeyTTL < MinTTL:
+		return fmt.Errorf("key ttl %v must be at least %v", c.KeyTTL, MinTTL)
+	case c.MaxTTL < MinTTL:
+		return fmt.Errorf("max ttl %v must be at least %v", c.MaxTTL, MinTTL)
+	case c.KeyTTL > c.MaxTTL:
+		return fmt.Errorf("key ttl %v must not exceed max ttl %v", c.KeyTTL, c.MaxTTL)
+	case c.DefaultTTL < MinTTL || c.DefaultTTL > c.MaxTTL:
+		return fmt.Errorf("default ttl %v must be within [%v, %v]", c.DefaultTTL, MinTTL, c.MaxTTL)
+	case c.MaxWait < 0:
+		return fmt.Errorf("max wait %v must not be negative", c.MaxWait)
+	}
+	return nil
+}
+
+// Request asks for a lock.
+type Request struct {
+	Name  string
+	Owner string        // free label for humans
+	TTL   time.Duration // caller's lease; 0 takes the default
+	Wait  time.Duration // how long to wait for a held lock; 0 tries once
+}
+
+// Info describes a lease held through this sidecar.
+type Info struct {
+	Name           string
+	Token          string // set only in answers to the lease's holder
+	Owner          string
+	TTL            time.Duration
+	AcquiredAt     time.Time
+	LeaseExpiresAt time.Time // when the caller's lease lapses without Extend
+	ValidUntil     time.Time // until when a quorum holds the key
+}
+
+// Status is what the masters say about a lock name.
+type Status struct {
+	Name       string
+	Held       bool
+	Owner      string
+	ValidUntil time.Time
+}
+
+// Manager holds the leases of this sidecar.
+type Manager struct {
+	locker *redlock.Locker
+	cfg    Config
+	obs    Observer
+	log    *slog.Logger
+
+	stopping chan struct{} // closed by Close: every lease releases
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	closing bool
+	leases  map[string]*lease   // live leases by name
+	pending map[string]struct{} // names being acquired right now
+}
+
+// NewManager returns a Manager that locks through locker.
+func NewManager(locker *redlock.Locker, cfg Config) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	obs := cfg.Observer
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{
+		locker:   locker,
+		cfg:      cfg,
+		obs:      obs,
+		log:      log,
+		stopping: make(chan struct{}),
+		leases:   make(map[string]*lease),
+		pending:  make(map[string]struct{}),
+	}, nil
+}
+
+// Acquire takes the lock for req, waiting up to req.Wait while it is held
+// elsewhere. If ctx ends while the lock is being granted, the lock is
+// released at once: a departed caller never holds a lock.
+func (m *Manager) Acquire(ctx context.Context, req Request) (Info, error) {
+	start := m.cfg.Now()
+	req, err := m.normalize(req)
+	if err != nil {
+		return Info{}, err
+	}
+	info, err := m.acquireWithin(ctx, req, start.Add(req.Wait))
+	m.obs.Acquisition(outcomeOf(err), m.cfg.Now().Sub(start))
+	return info, err
+}
+
+func (m *Manager) acquireWithin(ctx context.Context, req Request, deadline time.Time) (Info, error) {
+	for {
+		info, err := m.tryAcquire(ctx, req)
+		if !errors.Is(err, ErrLockHeld) {
+			return info, err
+		}
+		pause := min(jitter(retryJitterLo, retryJitterHi), deadline.Sub(m.cfg.Now()))
+		if pause <= 0 {
+			return info, err
+		}
+		if err := sleep(ctx, pause); err != nil {
+			return Info{}, err
+		}
+	}
+}
+
+func (m *Manager) tryAcquire(ctx context.Context, req Request) (Info, error) {
+	if err := m.reserve(req.Name); err != nil {
+		return Info{}, err
+	}
+	l, err := newLease(m, req)
+	if err != nil {
+		m.unreserve(req.Name)
+		return Info{}, err
+	}
+	grant, err := m.locker.Acquire(ctx, l.key, l.value, l.keyTTL)
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+		_ = m.locker.Release(ctx, l.key, l.value)
+	}
+	if err != nil {
+		m.unreserve(req.Name)
+		return Info{}, err
+	}
+	l.validUntil = grant.ValidUntil
+	if err := m.start(l); err != nil {
+		_ = m.locker.Release(ctx, l.key, l.value)
+		return Info{}, err
+	}
+	return l.info(true), nil
+}
+
+// reserve lets one acquisition per name go to the masters from this
+// sidecar; others see the name as held without a round trip.
+func (m *Manager) reserve(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closing {
+		return ErrShuttingDown
+	}
+	if l, ok := m.leases[name]; ok {
+		return &HeldError{RetryAfter: max(0, l.infoLocked(false).LeaseExpiresAt.Sub(m.cfg.Now()))}
+	}
+	if _, ok := m.pending[name]; ok {
+		return &HeldError{}
+	}
+	m.pending[name] = struct{}{}
+	return nil
+}
+
+func (m *Manager) unreserve(name string) {
+	m.mu.Lock()
+	delete(m.pending, name)
+	m.mu.Unlock()
+}
+
+// start turns a granted reservation into a live lease with its goroutine.
+func (m *Manager) start(l *lease) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.pending, l.name)
+	if m.closing {
+		return ErrShuttingDown
+	}
+	m.leases[l.name] = l
+	m.wg.Add(1)
+	go l.run()
+	return nil
+}
+
+// Extend renews the caller's lease, optionally with a new ttl, and confirms
+// the lock on a quorum so the answer carries a fresh ValidUntil.
+func (m *Manager) Extend(ctx context.Context, name, token string, ttl time.Duration) (Info, error) {
+	if ttl != 0 {
+		if err := m.checkTTL(ttl); err != nil {
+			return Info{}, err
+		}
+	}
+	l, err := m.find(name, token)
+	if err != nil {
+		return Info{}, err
+	}
+	return l.do(ctx, op{kind: opExtend, ttl: ttl})
+}
+
+// Release ends the caller's lease and deletes the key on the masters.
+func (m *Manager) Release(ctx context.Context, name, token string) error {
+	l, err := m.find(name, token)
+	if err != nil {
+		return err
+	}
+	_, err = l.do(ctx, op{kind: opRelease})
+	return err
+}
+
+// find returns the live lease of name if token is its token.
+func (m *Manager) find(name, token string) (*lease, error) {
+	m.mu.Lock()
+	l, ok := m.leases[name]
+	m.mu.Unlock()
+	if !ok || !l.hasToken(token) {
+		return nil, ErrLeaseGone
+	}
+	return l, nil
+}
+
+// Inspect reads the lock's state from the masters.
+func (m *Manager) Inspect(ctx context.Context, name string) (Status, error) {
+	if err := ValidateName(name); err != nil {
+		return Status{}, err
+	}
+	h, err := m.locker.Inspect(ctx, m.cfg.KeyPrefix+name)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Name: name, Held: h.Held}
+	if h.Held {
+		st.Owner = ownerOf(h.Value)
+		st.ValidUntil = h.ValidUntil
+	}
+	return st, nil
+}
+
+// List returns the live leases of this sidecar by name, without tokens.
+func (m *Manager) List() []Info {
+	m.mu.Lock()
+	out := make([]Info, 0, len(m.leases))
+	for _, l := range m.leases {
+		out = append(out, l.infoLocked(false))
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Len is the number of live leases.
+func (m *Manager) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.leases)
+}
+
+// Close stops new acquisitions and releases every lease on the masters,
+// waiting until they are released or ctx ends.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if !m.closing {
+		m.closing = true
+		close(m.stopping)
+	}
+	m.mu.Unlock()
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("releasing %d leases: %w", m.Len(), ctx.Err())
+	}
+}
+
+func (m *Manager) normalize(req Request) (Request, error) {
+	if err := ValidateName(req.Name); err != nil {
+		return req, err
+	}
+	if err := ValidateOwner(req.Owner); err != nil {
+		return req, err
+	}
+	if req.TTL == 0 {
+		req.TTL = m.cfg.DefaultTTL
+	}
+	if err := m.checkTTL(req.TTL); err != nil {
+		return req, err
+	}
+	if req.Wait < 0 || req.Wait > m.cfg.MaxWait {
+		return req, fmt.Errorf("%w: wait %v must be within [0s, %v]", ErrInvalid, req.Wait, m.cfg.MaxWait)
+	}
+	return req, nil
+}
+
+func (m *Manager) checkTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl > m.cfg.MaxTTL {
+		return fmt.Errorf("%w: ttl %v must be within [%v, %v]", ErrInvalid, ttl, MinTTL, m.cfg.MaxTTL)
+	}
+	return nil
+}
+
+// keyTTL is the ttl put on the masters for a caller ttl.
+func (m *Manager) keyTTL(ttl time.Duration) time.Duration { return min(ttl, m.cfg.KeyTTL) }
+
+func outcomeOf(err error) Outcome {
+	switch {
+	case err == nil:
+		return OutcomeAcquired
+	case errors.Is(err, ErrLockHeld):
+		return OutcomeHeld
+	case errors.Is(err, ErrNoQuorum):
+		return OutcomeNoQuorum
+	case errors.Is(err, ErrInvalid):
+		return OutcomeInvalid
+	default:
+		return OutcomeError
+	}
+}
+
+// ValidateName checks a lock name: 1–256 bytes of [A-Za-z0-9._:/-], with
+// no empty, "." or ".." path segment (clients rewrite those in URLs, which
+// would silently lock another name).
+func ValidateName(name string) error {
+	if len(name) == 0 || len(name) > MaxNameLen {
+		return fmt.Errorf("%w: lock name must be 1 to %d bytes", ErrInvalid, MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		if !nameByte(name[i]) {
+			return fmt.Errorf("%w: lock name may contain only A-Z a-z 0-9 . _ : / - (byte %d is %q)", ErrInvalid, i, name[i])
+		}
+	}
+	for _, seg := range strings.Split(name, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("%w: lock name must not have an empty, \".\" or \"..\" segment", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func nameByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '.' || c == '_' || c == ':' || c == '/' || c == '-'
+}
+
+// ValidateOwner checks the free owner label: at most 128 bytes of printable
+// UTF-8, since it is shown back to humans and stored on the masters.
+func ValidateOwner(owner string) error {
+	if len(owner) > MaxOwnerLen {
+		return fmt.Errorf("%w: owner must be at most %d bytes", ErrInvalid, MaxOwnerLen)
+	}
+	for _, r := range owner {
+		if r == '\uFFFD' || r < 0x20 || r == 0x7f {
+			return fmt.Errorf("%w: owner must be printable UTF-8", ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// newSecret returns 128 random bits as hex.
+func newSecret() (string, error) {
+	b := make([]byte, tokenBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("reading random bytes: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// The value stored on the masters is "<random id>:<owner>": unique per
+// grant, so only this grant can extend or release the key, and carrying the
+// owner so any sidecar can say who holds a lock. It is not the token.
+func masterValue(id, owner string) string { return id + ":" + owner }
+
+func ownerOf(value string) string {
+	_, owner, _ := strings.Cut(value, ":")
+	return owner
+}
+
+func jitter(lo, hi time.Duration) time.Duration {
+	return lo + mrand.N(hi-lo+1)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

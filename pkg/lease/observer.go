@@ -1,0 +1,41 @@
+package lease
+
+import "time"
+
+// Outcome is how an acquisition ended, as a small fixed set for metrics.
+type Outcome string
+
+// Acquisition outcomes.
+const (
+	OutcomeAcquired Outcome = "acquired"
+	OutcomeHeld     Outcome = "held"
+	OutcomeNoQuorum Outcome = "no_quorum"
+	OutcomeInvalid  Outcome = "invalid"
+	OutcomeError    Outcome = "error"
+)
+
+// EndReason is why a lease ended.
+type EndReason string
+
+// Lease end reasons.
+const (
+	EndReleased EndReason = "released" // the caller released it
+	EndExpired  EndReason = "expired"  // the caller stopped extending
+	EndLost     EndReason = "lost"     // renewal could not keep a quorum
+	EndShutdown EndReason = "shutdown" // the sidecar is stopping
+)
+
+// Observer learns what the Manager does, for metrics. Its methods are
+// called synchronously and must be cheap. Lock names are never passed: they
+// are unbounded and must not become metric labels.
+type Observer interface {
+	Acquisition(outcome Outcome, elapsed time.Duration)
+	Renewal(ok bool)
+	Ended(reason EndReason)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Acquisition(Outcome, time.Duration) {}
+func (nopObserver) Renewal(bool)                       {}
+func (nopObserver) Ended(EndReason)                    {}

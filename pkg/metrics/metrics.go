@@ -1,0 +1,126 @@
+// Package metrics exports sidelock's Prometheus metrics. It observes the
+// lease manager and the HTTP layer through small interfaces and reads the
+// held-lock count and master health when scraped. Lock names and tokens are
+// never labels.
+package metrics
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sidelock/sidelock/pkg/health"
+	"github.com/sidelock/sidelock/pkg/lease"
+)
+
+// Sources are read at scrape time.
+type Sources struct {
+	LocksHeld func() int
+	Health    func() health.Report
+}
+
+// Metrics implements lease.Observer and the HTTP request observer.
+type Metrics struct {
+	acquire   *prometheus.HistogramVec
+	renewals  *prometheus.CounterVec
+	ended     *prometheus.CounterVec
+	lost      prometheus.Counter
+	requests  *prometheus.CounterVec
+	durations *prometheus.HistogramVec
+}
+
+// latencyBuckets span a loopback round (100µs) to a long wait (10s).
+var latencyBuckets = prometheus.ExponentialBucketsRange(0.0001, 10, 16)
+
+// New registers every sidelock metric, plus the Go and process collectors,
+// on reg.
+func New(reg prometheus.Registerer, src Sources) *Metrics {
+	m := &Metrics{
+		acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sidelock_acquire_duration_seconds", Help: "Time to answer an acquisition, by outcome (acquired, held, no_quorum, invalid, error).", Buckets: latencyBuckets,
+		}, []string{"outcome"}),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sidelock_renewals_total", Help: "Renewals of held locks on the masters (background and heartbeats), by outcome (ok, failed).",
+		}, []string{"outcome"}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sidelock_releases_total", Help: "Leases ended and released on the masters, by reason (released, expired, lost, shutdown).",
+		}, []string{"reason"}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sidelock_locks_lost_total", Help: "Locks lost because renewal could not keep a quorum before the validity ran out.",
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sidelock_http_requests_total", Help: "HTTP requests by route pattern, method and status code.",
+		}, []string{"route", "method", "code"}),
+		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sidelock_http_request_duration_seconds", Help: "HTTP request latency by route pattern and method.", Buckets: latencyBuckets,
+		}, []string{"route", "method"}),
+	}
+	reg.MustRegister(m.acquire, m.renewals, m.ended, m.lost, m.requests, m.durations,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sidelock_locks_held", Help: "Locks currently held through this sidecar.",
+		}, func() float64 { return float64(src.LocksHeld()) }),
+		&mastersCollector{report: src.Health},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// Acquisition implements lease.Observer.
+func (m *Metrics) Acquisition(o lease.Outcome, elapsed time.Duration) {
+	m.acquire.WithLabelValues(string(o)).Observe(elapsed.Seconds())
+}
+
+// Renewal implements lease.Observer.
+func (m *Metrics) Renewal(ok bool) {
+	outcome := "failed"
+	if ok {
+		outcome = "ok"
+	}
+	m.renewals.WithLabelValues(outcome).Inc()
+}
+
+// Ended implements lease.Observer.
+func (m *Metrics) Ended(reason lease.EndReason) {
+	m.ended.WithLabelValues(string(reason)).Inc()
+	if reason == lease.EndLost {
+		m.lost.Inc()
+	}
+}
+
+// Request records one HTTP request by its route pattern (never the raw
+// path, which holds the lock name).
+func (m *Metrics) Request(route, method string, code int, elapsed time.Duration) {
+	m.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+	m.durations.WithLabelValues(route, method).Observe(elapsed.Seconds())
+}
+
+// mastersCollector reads the last health round at scrape time.
+type mastersCollector struct{ report func() health.Report }
+
+var (
+	masterUpDesc = prometheus.NewDesc("sidelock_master_up", "Whether a master answered the last health ping (1) or not (0).", []string{"master"}, nil)
+	quorumDesc   = prometheus.NewDesc("sidelock_quorum", "Whether a quorum of masters answered the last health round (1) or not (0).", nil, nil)
+)
+
+func (c *mastersCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- masterUpDesc
+	ch <- quorumDesc
+}
+
+func (c *mastersCollector) Collect(ch chan<- prometheus.Metric) {
+	r := c.report()
+	for _, n := range r.Nodes {
+		ch <- prometheus.MustNewConstMetric(masterUpDesc, prometheus.GaugeValue, boolFloat(n.Up), n.Addr)
+	}
+	ch <- prometheus.MustNewConstMetric(quorumDesc, prometheus.GaugeValue, boolFloat(r.Ready))
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,324 @@
+// Package redlock implements the Redlock algorithm over N independent lock
+// masters: the same key and a random value are set on every master in
+// parallel, each call bounded by a short per-node timeout, and the lock is
+// held only when a majority (N/2+1) accepted it with time to spare:
+//
+//	validity = ttl - elapsed - (driftFactor*ttl + 2ms)
+//
+// When the majority is missed, or the validity is used up, the key is released
+// on every master, including those that did not answer, since a lost reply may
+// hide a write that did happen.
+//
+// The package holds no state between calls, logs nothing and knows nothing of
+// HTTP or metrics; callers own the values they lock with.
+//
+// What Redlock does NOT guarantee (and this package cannot add):
+//   - It is an advisory lease, not a mutex. A holder paused (GC, swap, a
+//     stopped VM) past its validity may still act after someone else acquired
+//     the lock. Act only before the validity ends, and use fencing where a
+//     stale writer would do harm.
+//   - It assumes the masters are independent and keep their keys for the
+//     ttl. A master that restarts without persistence forgets keys, and
+//     another caller may then win a majority while an old holder still
+//     believes it holds the lock.
+//   - It assumes clocks advance at nearly the same rate on every machine
+//     (the drift factor bounds the difference); it does not need synchronised
+//     clocks. Elapsed time is measured with the monotonic clock.
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Sentinel errors; match them with errors.Is.
+var (
+	// ErrLockHeld means another value holds the key on enough masters that
+	// this caller cannot reach a majority. Use errors.As with *HeldError for
+	// a retry hint.
+	ErrLockHeld = errors.New("lock held by another owner")
+	// ErrNoQuorum means too few masters answered in time, or the validity
+	// was used up before the majority was reached.
+	ErrNoQuorum = errors.New("no quorum of masters answered in time")
+	// ErrNotHeld means an Extend found the key held by another value (or
+	// gone) on enough masters that this value no longer holds the lock.
+	ErrNotHeld = errors.New("lock no longer held")
+)
+
+// HeldError is the error Acquire returns when the lock is held elsewhere.
+type HeldError struct {
+	// RetryAfter is when the holder's keys lapse on enough masters for a
+	// majority to be free, if the holder stops renewing; 0 when unknown
+	// (a split vote: retry after a short random back-off).
+	RetryAfter time.Duration
+}
+
+func (e *HeldError) Error() string { return ErrLockHeld.Error() }
+
+// Is makes errors.Is(err, ErrLockHeld) true.
+func (e *HeldError) Is(target error) bool { return target == ErrLockHeld }
+
+// Config tunes the algorithm. Zero values take the defaults.
+type Config struct {
+	// NodeTimeout bounds every call to one master (default 50ms). It must
+	// be far below the key ttl, so one slow master cannot eat the validity.
+	NodeTimeout time.Duration
+	// DriftFactor is the share of the ttl allowed for clock-rate drift
+	// between machines (default 0.01); 2ms is always added.
+	DriftFactor float64
+	// Now reads the clock (default time.Now). It must carry a monotonic
+	// reading: validity is computed from differences of its values.
+	Now func() time.Time
+}
+
+// Grant tells how long a successful Acquire or Extend may be relied on.
+type Grant struct {
+	// ValidUntil is the instant until which a majority holds the key for
+	// this value, with elapsed time and clock drift already taken off.
+	ValidUntil time.Time
+}
+
+// Holder is what Inspect read from the masters.
+type Holder struct {
+	Held       bool      // a majority holds the key for one value
+	Value      string    // that value ("" when not held)
+	ValidUntil time.Time // until when that majority holds it
+}
+
+// Locker runs Redlock over a fixed set of masters. It is safe for
+// concurrent use.
+type Locker struct {
+	nodes       []Node
+	quorum      int
+	nodeTimeout time.Duration
+	driftFactor float64
+	now         func() time.Time
+}
+
+const (
+	defaultNodeTimeout = 50 * time.Millisecond
+	defaultDriftFactor = 0.01
+	driftFloor         = 2 * time.Millisecond
+)
+
+// New returns a Locker over nodes, which must be independent masters.
+func New(nodes []Node, cfg Config) (*Locker, error) {
+	if len(nodes) == 0 {
+		return nil, errors.New("redlock: at least one master is required")
+	}
+	if cfg.NodeTimeout == 0 {
+		cfg.NodeTimeout = defaultNodeTimeout
+	}
+	if cfg.DriftFactor == 0 {
+		cfg.DriftFactor = defaultDriftFactor
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.NodeTimeout < 0 || cfg.DriftFactor < 0 || cfg.DriftFactor >= 0.5 {
+		return nil, fmt.Errorf("redlock: node timeout %v and drift factor %v must be positive, drift below 0.5", cfg.NodeTimeout, cfg.DriftFactor)
+	}
+	return &Locker{
+		nodes:       nodes,
+		quorum:      len(nodes)/2 + 1,
+		nodeTimeout: cfg.NodeTimeout,
+		driftFactor: cfg.DriftFactor,
+		now:         cfg.Now,
+	}, nil
+}
+
+// Quorum is the number of masters that make a majority.
+func (l *Locker) Quorum() int { return l.quorum }
+
+// Nodes returns the masters, in configuration order.
+func (l *Locker) Nodes() []Node { return slices.Clone(l.nodes) }
+
+// Drift is the clock-drift allowance for a key ttl.
+func (l *Locker) Drift(ttl time.Duration) time.Duration {
+	return time.Duration(l.driftFactor*float64(ttl)) + driftFloor
+}
+
+// Acquire tries once to set key to value with ttl on a majority. On failure
+// it has released the key everywhere and returns a *HeldError (matching
+// ErrLockHeld) or an error matching ErrNoQuorum.
+func (l *Locker) Acquire(ctx context.Context, key, value string, ttl time.Duration) (Grant, error) {
+	start := l.now()
+	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
+		ok, holderTTL, err := n.Acquire(ctx, key, value, ttl)
+		return reply{ok: ok, held: err == nil && !ok, ttl: holderTTL, err: err}
+	})
+	t := tally(replies)
+	grant, err := l.judge(t, start, ttl)
+	if err == nil {
+		return grant, nil
+	}
+	l.releaseAll(ctx, key, value)
+	if t.ok+t.held >= l.quorum && t.held > 0 {
+		return Grant{}, &HeldError{RetryAfter: l.retryAfter(replies, t.held)}
+	}
+	return Grant{}, err
+}
+
+// Extend resets the ttl of key on a majority while it holds value, and
+// reclaims it where it lapsed. It does not release on failure: the caller
+// decides whether a failed renewal ends its hold. Errors match ErrNotHeld
+// (others hold it; retrying cannot help) or ErrNoQuorum (retry while the
+// previous grant is still valid).
+func (l *Locker) Extend(ctx context.Context, key, value string, ttl time.Duration) (Grant, error) {
+	start := l.now()
+	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
+		ok, err := n.Extend(ctx, key, value, ttl)
+		return reply{ok: ok, held: err == nil && !ok, err: err}
+	})
+	t := tally(replies)
+	grant, err := l.judge(t, start, ttl)
+	if err != nil && t.held > len(l.nodes)-l.quorum {
+		return Grant{}, fmt.Errorf("%w: %d of %d masters hold another value", ErrNotHeld, t.held, len(l.nodes))
+	}
+	return grant, err
+}
+
+// Release deletes key on every master where it holds value. It runs even
+// when ctx is already cancelled, so a departing caller still cleans up, and
+// reports ErrNoQuorum when fewer than a majority answered (the rest of the
+// keys lapse after their ttl).
+func (l *Locker) Release(ctx context.Context, key, value string) error {
+	return l.releaseAll(ctx, key, value)
+}
+
+// Inspect reads key from every master and reports the value a majority
+// holds, if any. It never changes a key.
+func (l *Locker) Inspect(ctx context.Context, key string) (Holder, error) {
+	start := l.now()
+	values := make([]string, len(l.nodes))
+	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
+		v, ttl, err := n.Get(ctx, key)
+		return reply{ok: err == nil, ttl: ttl, err: err, value: v}
+	})
+	answered := 0
+	for i, r := range replies {
+		values[i] = r.value
+		if r.err == nil {
+			answered++
+		}
+	}
+	if answered < l.quorum {
+		return Holder{}, fmt.Errorf("%w: %d of %d masters answered, %d needed", ErrNoQuorum, answered, len(l.nodes), l.quorum)
+	}
+	return l.majorityHolder(replies, start), nil
+}
+
+func (l *Locker) majorityHolder(replies []reply, start time.Time) Holder {
+	for _, candidate := range replies {
+		if candidate.err != nil || candidate.value == "" {
+			continue
+		}
+		var ttls []time.Duration
+		for _, r := range replies {
+			if r.err == nil && r.value == candidate.value {
+				ttls = append(ttls, r.ttl)
+			}
+		}
+		if len(ttls) < l.quorum {
+			continue
+		}
+		// The key stays on a majority until the quorum-th longest ttl ends.
+		slices.Sort(ttls)
+		slices.Reverse(ttls)
+		ttl := ttls[l.quorum-1]
+		return Holder{Held: true, Value: candidate.value, ValidUntil: start.Add(ttl - l.Drift(ttl))}
+	}
+	return Holder{}
+}
+
+// judge applies the quorum and validity rules to one round of replies.
+func (l *Locker) judge(t counts, start time.Time, ttl time.Duration) (Grant, error) {
+	if t.ok < l.quorum {
+		return Grant{}, fmt.Errorf("%w: %d of %d masters accepted, %d needed", ErrNoQuorum, t.ok, t.total, l.quorum)
+	}
+	validUntil := start.Add(ttl - l.Drift(ttl))
+	if !l.now().Before(validUntil) {
+		return Grant{}, fmt.Errorf("%w: the round took longer than the ttl allows", ErrNoQuorum)
+	}
+	return Grant{ValidUntil: validUntil}, nil
+}
+
+// retryAfter is when enough holder keys lapse for a majority to be free:
+// the k-th shortest holder ttl, k being how many holders must go.
+func (l *Locker) retryAfter(replies []reply, held int) time.Duration {
+	mustLapse := held - (len(l.nodes) - l.quorum)
+	if mustLapse <= 0 {
+		return 0
+	}
+	var ttls []time.Duration
+	for _, r := range replies {
+		if r.held {
+			ttls = append(ttls, r.ttl)
+		}
+	}
+	slices.Sort(ttls)
+	return ttls[mustLapse-1]
+}
+
+func (l *Locker) releaseAll(ctx context.Context, key, value string) error {
+	replies := fanOut(context.WithoutCancel(ctx), l, func(ctx context.Context, n Node) reply {
+		_, err := n.Release(ctx, key, value)
+		return reply{ok: err == nil, err: err}
+	})
+	if t := tally(replies); t.ok < l.quorum {
+		return fmt.Errorf("%w: release reached %d of %d masters", ErrNoQuorum, t.ok, t.total)
+	}
+	return nil
+}
+
+// reply is one master's answer in a round.
+type reply struct {
+	ok    bool          // the master did what was asked
+	held  bool          // another value holds the key there
+	ttl   time.Duration // the holder's remaining ttl, or the key's for Get
+	value string        // Get only
+	err   error         // the master did not answer usefully
+}
+
+type counts struct{ ok, held, failed, total int }
+
+func tally(replies []reply) counts {
+	c := counts{total: len(replies)}
+	for _, r := range replies {
+		switch {
+		case r.err != nil:
+			c.failed++
+		case r.ok:
+			c.ok++
+		case r.held:
+			c.held++
+		}
+	}
+	return c
+}
+
+// fanOut calls every master in parallel, each bounded by the node timeout,
+// and waits for all of them (each is bounded, so the round is too).
+func fanOut(ctx context.Context, l *Locker, call func(context.Context, Node) reply) []reply {
+	replies := make([]reply, len(l.nodes))
+	if len(l.nodes) == 1 {
+		replies[0] = callOne(ctx, l.nodeTimeout, l.nodes[0], call)
+		return replies
+	}
+	var wg sync.WaitGroup
+	for i, n := range l.nodes {
+		wg.Go(func() { replies[i] = callOne(ctx, l.nodeTimeout, n, call) })
+	}
+	wg.Wait()
+	return replies
+}
+
+func callOne(ctx context.Context, timeout time.Duration, n Node, call func(context.Context, Node) reply) reply {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return call(ctx, n)
+}
