@@ -1,0 +1,109 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sidelock/sidelock/httpapi"
+	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/pkg/redlock"
+	"github.com/sidelock/sidelock/pkg/redlock/memnode"
+)
+
+// fuzzTarget is the lock API over in-memory masters, with one lock held
+// that no fuzzed request may disturb.
+type fuzzTarget struct {
+	h     http.Handler
+	m     *lease.Manager
+	token string
+}
+
+func newFuzzTarget(t testing.TB) *fuzzTarget {
+	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
+	locker, _ := redlock.New(nodes, redlock.Config{})
+	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "f:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	in, err := m.Acquire(context.Background(), lease.Request{Name: "guarded", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fuzzTarget{h: httpapi.NewServer(discardLogger(), m, nil), m: m, token: in.Token}
+}
+
+// serve runs one request and checks the invariants every answer keeps.
+func (ft *fuzzTarget) serve(t *testing.T, req *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	ft.h.ServeHTTP(rec, req)
+	if rec.Code >= 500 {
+		t.Fatalf("%s %q: status %d: %s", req.Method, req.URL, rec.Code, rec.Body)
+	}
+	if rec.Body.Len() > 0 && !json.Valid(rec.Body.Bytes()) {
+		t.Fatalf("%s %q: body is not JSON: %q", req.Method, req.URL, rec.Body)
+	}
+	if rec.Code == http.StatusOK && req.Method == http.MethodPost {
+		var body struct{ Name, Token string }
+		_ = json.Unmarshal(rec.Body.Bytes(), &body)
+		if err := ft.m.Release(context.Background(), body.Name, body.Token); err != nil {
+			t.Fatalf("releasing a fuzzed grant: %v", err)
+		}
+	}
+	if _, err := ft.m.Extend(context.Background(), "guarded", ft.token, 0); err != nil {
+		t.Fatalf("%s %q disturbed another caller's lock: %v", req.Method, req.URL, err)
+	}
+	return rec
+}
+
+func newRequest(method, target, body string) *http.Request {
+	req := httptest.NewRequest(method, "http://127.0.0.1:7420/", strings.NewReader(body))
+	req.URL.RawPath = ""
+	req.URL.Path = "/locks/" + target
+	req.RequestURI = ""
+	return req
+}
+
+// FuzzAcquireParams throws names, query strings and bodies at acquire.
+func FuzzAcquireParams(f *testing.F) {
+	f.Add("orders/42", "ttl=5s&owner=w1", "")
+	f.Add("guarded", "", `{"ttl":"1m","wait":"0s"}`)
+	f.Add("a//b", "ttl=5", `{"ttl":5}`)
+	f.Add("x", "wait=1h", `{"owner":"\u0000"}`)
+	f.Add("x", "ttl=%zz", "[]")
+	ft := newFuzzTarget(f)
+	f.Fuzz(func(t *testing.T, name, query, body string) {
+		req := newRequest(http.MethodPost, name, body)
+		req.URL.RawQuery = query
+		ft.serve(t, req)
+	})
+}
+
+// FuzzTokenParams throws tokens and ttls at extend and release, including
+// the name of a lock held by someone else.
+func FuzzTokenParams(f *testing.F) {
+	f.Add("guarded", "00000000000000000000000000000000", "ttl=5s", true)
+	f.Add("guarded", "nothex", "", false)
+	f.Add("x", "", "token=abc", true)
+	ft := newFuzzTarget(f)
+	f.Fuzz(func(t *testing.T, name, token, query string, extend bool) {
+		method := http.MethodDelete
+		if extend {
+			method = http.MethodPut
+		}
+		req := newRequest(method, name, "")
+		req.URL.RawQuery = query
+		if token != "" {
+			req.Header.Set("Lock-Token", token)
+		}
+		rec := ft.serve(t, req)
+		if name == "guarded" && token != ft.token && rec.Code < 400 {
+			t.Fatalf("a wrong token was accepted: %d", rec.Code)
+		}
+	})
+}

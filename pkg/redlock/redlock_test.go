@@ -1,0 +1,296 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/redlock"
+	"github.com/sidelock/sidelock/pkg/redlock/memnode"
+)
+
+const ttl = 10 * time.Second
+
+func masters(n int) ([]*memnode.Node, []redlock.Node) {
+	mem := make([]*memnode.Node, n)
+	nodes := make([]redlock.Node, n)
+	for i := range mem {
+		mem[i] = memnode.New(fmt.Sprintf("m%d", i))
+		nodes[i] = mem[i]
+	}
+	return mem, nodes
+}
+
+func newLocker(t *testing.T, nodes []redlock.Node) *redlock.Locker {
+	t.Helper()
+	l, err := redlock.New(nodes, redlock.Config{NodeTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// subsets yields every subset of {0..n-1} as a bit mask.
+func subsets(n int) []int {
+	out := make([]int, 1<<n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+func members(mask, n int) (in []int) {
+	for i := range n {
+		if mask&(1<<i) != 0 {
+			in = append(in, i)
+		}
+	}
+	return in
+}
+
+func keyOn(t *testing.T, n *memnode.Node, key string) string {
+	t.Helper()
+	v, _, err := n.Get(context.Background(), key)
+	if err != nil {
+		t.Fatalf("get on %s: %v", n.Addr(), err)
+	}
+	return v
+}
+
+// Every subset of failed masters, for N in {1,3,5}: acquire succeeds exactly
+// when a majority answers, and a failed acquire leaves no key anywhere.
+func TestAcquireEverySubsetOfFailedMasters(t *testing.T) {
+	for _, n := range []int{1, 3, 5} {
+		for _, down := range subsets(n) {
+			failed := members(down, n)
+			t.Run(fmt.Sprintf("N=%d/down=%v", n, failed), func(t *testing.T) {
+				mem, nodes := masters(n)
+				for _, i := range failed {
+					mem[i].SetDown(true)
+				}
+				l := newLocker(t, nodes)
+				_, err := l.Acquire(context.Background(), "k", "v", ttl)
+				wantOK := n-len(failed) >= n/2+1
+				if wantOK != (err == nil) {
+					t.Fatalf("acquire with %d of %d down: err=%v, want success=%v", len(failed), n, err, wantOK)
+				}
+				if !wantOK && !errors.Is(err, redlock.ErrNoQuorum) {
+					t.Fatalf("err = %v, want ErrNoQuorum", err)
+				}
+				for i, m := range mem {
+					m.SetDown(false)
+					got := keyOn(t, m, "k")
+					isDown := down&(1<<i) != 0
+					if want := map[bool]string{true: "v", false: ""}[wantOK && !isDown]; got != want {
+						t.Errorf("master %d holds %q, want %q", i, got, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// Every subset of masters held by another value: acquire succeeds only
+// when the free masters make a majority, and says "held" otherwise.
+func TestAcquireEverySubsetHeldByAnother(t *testing.T) {
+	for _, n := range []int{1, 3, 5} {
+		for _, heldMask := range subsets(n) {
+			held := members(heldMask, n)
+			t.Run(fmt.Sprintf("N=%d/held=%v", n, held), func(t *testing.T) {
+				mem, nodes := masters(n)
+				for _, i := range held {
+					if ok, _, err := mem[i].Acquire(context.Background(), "k", "other", ttl); !ok || err != nil {
+						t.Fatal("setup failed")
+					}
+				}
+				l := newLocker(t, nodes)
+				_, err := l.Acquire(context.Background(), "k", "mine", ttl)
+				wantOK := n-len(held) >= n/2+1
+				if wantOK != (err == nil) {
+					t.Fatalf("err=%v, want success=%v", err, wantOK)
+				}
+				var he *redlock.HeldError
+				if !wantOK && !errors.As(err, &he) {
+					t.Fatalf("err = %v, want *HeldError", err)
+				}
+				if !wantOK && len(held) > n-(n/2+1) && (he.RetryAfter <= 0 || he.RetryAfter > ttl) {
+					t.Errorf("RetryAfter = %v, want within (0, %v]", he.RetryAfter, ttl)
+				}
+				for i, m := range mem {
+					got := keyOn(t, m, "k")
+					want := map[bool]string{true: "other", false: ""}[heldMask&(1<<i) != 0]
+					if wantOK && want == "" {
+						want = "mine"
+					}
+					if got != want {
+						t.Errorf("master %d holds %q, want %q", i, got, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// Extend and Release against every subset of failed masters.
+func TestExtendAndReleaseEverySubsetOfFailedMasters(t *testing.T) {
+	for _, n := range []int{1, 3, 5} {
+		for _, down := range subsets(n) {
+			failed := members(down, n)
+			t.Run(fmt.Sprintf("N=%d/down=%v", n, failed), func(t *testing.T) {
+				mem, nodes := masters(n)
+				l := newLocker(t, nodes)
+				if _, err := l.Acquire(context.Background(), "k", "v", ttl); err != nil {
+					t.Fatal(err)
+				}
+				for _, i := range failed {
+					mem[i].SetDown(true)
+				}
+				wantOK := n-len(failed) >= n/2+1
+				_, err := l.Extend(context.Background(), "k", "v", ttl)
+				if wantOK != (err == nil) || (!wantOK && !errors.Is(err, redlock.ErrNoQuorum)) {
+					t.Fatalf("extend: err=%v, want success=%v", err, wantOK)
+				}
+				err = l.Release(context.Background(), "k", "v")
+				if wantOK != (err == nil) {
+					t.Fatalf("release: err=%v, want success=%v", err, wantOK)
+				}
+				for i, m := range mem {
+					if down&(1<<i) == 0 && keyOn(t, m, "k") != "" {
+						t.Errorf("master %d still holds the key after release", i)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestExtendReportsNotHeldWhenAnotherValueHoldsAMajority(t *testing.T) {
+	mem, nodes := masters(3)
+	l := newLocker(t, nodes)
+	if _, err := l.Acquire(context.Background(), "k", "v", ttl); err != nil {
+		t.Fatal(err)
+	}
+	// Two masters forget the key (restart without persistence) and another
+	// caller takes them: the old holder must learn it lost the lock.
+	for _, m := range mem[:2] {
+		m.Release(context.Background(), "k", "v")
+		m.Acquire(context.Background(), "k", "thief", ttl)
+	}
+	_, err := l.Extend(context.Background(), "k", "v", ttl)
+	if !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("err = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestExtendRepairsAMinorityThatLostTheKey(t *testing.T) {
+	mem, nodes := masters(3)
+	l := newLocker(t, nodes)
+	if _, err := l.Acquire(context.Background(), "k", "v", ttl); err != nil {
+		t.Fatal(err)
+	}
+	mem[0].Release(context.Background(), "k", "v") // restarted empty
+	if _, err := l.Extend(context.Background(), "k", "v", ttl); err != nil {
+		t.Fatal(err)
+	}
+	if got := keyOn(t, mem[0], "k"); got != "v" {
+		t.Fatalf("master 0 holds %q after extend, want it reclaimed", got)
+	}
+}
+
+// steppingClock advances by step at every reading, so elapsed time is exact.
+type steppingClock struct {
+	mu   sync.Mutex
+	t    time.Time
+	step time.Duration
+}
+
+func (c *steppingClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.t
+	c.t = c.t.Add(c.step)
+	return now
+}
+
+func TestValidityIsTTLMinusDrift(t *testing.T) {
+	clock := &steppingClock{t: time.Unix(1000, 0), step: time.Millisecond}
+	_, nodes := masters(3)
+	l, err := redlock.New(nodes, redlock.Config{Now: clock.Now, DriftFactor: 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := l.Acquire(context.Background(), "k", "v", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// start was read at t0; drift is 1% of 10s plus 2ms.
+	want := time.Unix(1000, 0).Add(ttl - 100*time.Millisecond - 2*time.Millisecond)
+	if !g.ValidUntil.Equal(want) {
+		t.Fatalf("ValidUntil = %v, want %v", g.ValidUntil, want)
+	}
+}
+
+func TestAcquireFailsWhenTheRoundOutlastsTheTTL(t *testing.T) {
+	clock := &steppingClock{t: time.Unix(1000, 0), step: 2 * time.Second}
+	mem, nodes := masters(3)
+	l, err := redlock.New(nodes, redlock.Config{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Acquire(context.Background(), "k", "v", time.Second)
+	if !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("err = %v, want ErrNoQuorum for a round slower than the ttl", err)
+	}
+	for i, m := range mem {
+		if keyOn(t, m, "k") != "" {
+			t.Errorf("master %d kept the key of a failed acquire", i)
+		}
+	}
+}
+
+func TestSlowMasterIsBoundedByNodeTimeout(t *testing.T) {
+	mem, nodes := masters(3)
+	mem[2].SetDelay(5 * time.Second)
+	l := newLocker(t, nodes)
+	start := time.Now()
+	if _, err := l.Acquire(context.Background(), "k", "v", ttl); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("acquire took %v with one master hanging; the node timeout must bound it", took)
+	}
+}
+
+func TestInspectReportsTheMajorityHolder(t *testing.T) {
+	mem, nodes := masters(3)
+	l := newLocker(t, nodes)
+	h, err := l.Inspect(context.Background(), "k")
+	if err != nil || h.Held {
+		t.Fatalf("free lock: %+v, %v", h, err)
+	}
+	if _, err := l.Acquire(context.Background(), "k", "v", ttl); err != nil {
+		t.Fatal(err)
+	}
+	h, err = l.Inspect(context.Background(), "k")
+	if err != nil || !h.Held || h.Value != "v" || !h.ValidUntil.After(time.Now()) {
+		t.Fatalf("held lock: %+v, %v", h, err)
+	}
+	mem[0].SetDown(true)
+	mem[1].SetDown(true)
+	if _, err := l.Inspect(context.Background(), "k"); !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("inspect without quorum: err = %v", err)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	_, nodes := masters(3)
+	if _, err := redlock.New(nil, redlock.Config{}); err == nil {
+		t.Error("no masters accepted")
+	}
+	if _, err := redlock.New(nodes, redlock.Config{DriftFactor: 0.7}); err == nil {
+		t.Error("drift factor 0.7 accepted")
+	}
+}
