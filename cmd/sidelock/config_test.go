@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func validConfig() config {
+	return config{
+		RedisAddrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"},
+		ListenAddr: "127.0.0.1:7420", AdminAddr: ":7421", KeyPrefix: "sidelock:",
+		NodeTimeout: 50 * time.Millisecond, DriftFactor: 0.01, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour,
+		KeyTTL: 10 * time.Second, MaxWait: 5 * time.Minute, HealthInterval: time.Second, ShutdownTimeout: 5 * time.Second,
+		LogFormat: "text", LogLevel: "info",
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	if err := validConfig().validate(); err != nil {
+		t.Fatalf("defaults rejected: %v", err)
+	}
+	cases := map[string]func(*config){
+		"empty masters":             func(c *config) { c.RedisAddrs = nil },
+		"dev with masters":          func(c *config) { c.Dev = true },
+		"master without port":       func(c *config) { c.RedisAddrs = []string{"redis"} },
+		"duplicate master":          func(c *config) { c.RedisAddrs = []string{"a:1", "A:1"} },
+		"public lock API":           func(c *config) { c.ListenAddr = "0.0.0.0:7420" },
+		"pod-IP lock API":           func(c *config) { c.ListenAddr = "10.1.2.3:7420" },
+		"key ttl above max ttl":     func(c *config) { c.KeyTTL = 2 * time.Hour },
+		"node timeout >= key ttl":   func(c *config) { c.NodeTimeout = 10 * time.Second },
+		"node timeout 1/5 key ttl":  func(c *config) { c.NodeTimeout = 2 * time.Second },
+		"default ttl above max":     func(c *config) { c.DefaultTTL = 2 * time.Hour },
+		"drift factor too large":    func(c *config) { c.DriftFactor = 0.5 },
+		"log format":                func(c *config) { c.LogFormat = "xml" },
+		"log level":                 func(c *config) { c.LogLevel = "loud" },
+		"TLS files without TLS":     func(c *config) { c.RedisTLSCAFile = "/ca.pem" },
+		"client cert without key":   func(c *config) { c.RedisTLS, c.RedisTLSCert = true, "/c.pem" },
+		"key ttl below one second":  func(c *config) { c.KeyTTL = 500 * time.Millisecond },
+		"non-positive shutdown":     func(c *config) { c.ShutdownTimeout = 0 },
+		"health interval too short": func(c *config) { c.HealthInterval = time.Millisecond },
+	}
+	for name, mutate := range cases {
+		c := validConfig()
+		mutate(&c)
+		if err := c.validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	for _, ok := range []string{"127.0.0.1:7420", "[::1]:7420", "localhost:7420", "127.0.0.2:80"} {
+		c := validConfig()
+		c.ListenAddr = ok
+		if err := c.validate(); err != nil {
+			t.Errorf("%s rejected: %v", ok, err)
+		}
+	}
+}
+
+// run stops at start-up with one message naming every bad setting.
+func TestRunRejectsBadConfigWithOneMessage(t *testing.T) {
+	t.Setenv("SIDELOCK_REDIS_ADDRS", "")
+	t.Setenv("SIDELOCK_KEY_TTL", "2h")
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"sidelock"}, os.Getenv, &bytes.Buffer{}, &stderr)
+	if err == nil {
+		t.Fatal("started with no masters")
+	}
+	for _, want := range []string{"SIDELOCK_REDIS_ADDRS is empty", "SIDELOCK_KEY_TTL 2h0m0s must not exceed"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	t.Setenv("SIDELOCK_KEY_TTL", "soon")
+	if err := run(context.Background(), []string{"sidelock"}, os.Getenv, &bytes.Buffer{}, &stderr); err == nil || !strings.Contains(err.Error(), "KEY_TTL") {
+		t.Fatalf("unparsable duration: %v", err)
+	}
+}
+
+// Dev mode works with nothing installed and prints a curl quick start.
+func TestRunDevModeServesAndStops(t *testing.T) {
+	api, admin := freeAddr(t), freeAddr(t)
+	t.Setenv("SIDELOCK_LISTEN_ADDR", api)
+	t.Setenv("SIDELOCK_ADMIN_ADDR", admin)
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"sidelock", "-dev"}, func(string) string { return "" }, &stdout, &stderr)
+	}()
+	eventually(t, 5*time.Second, "dev mode ready", func() bool {
+		res, err := http.Get("http://" + admin + "/readyz")
+		if err == nil {
+			res.Body.Close()
+		}
+		return err == nil && res.StatusCode == 200
+	})
+	res, err := http.Post("http://"+api+"/locks/demo?ttl=30s", "", nil)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("acquire in dev mode: %v %v", res, err)
+	}
+	res.Body.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !strings.Contains(stdout.String(), "curl -s -X POST 'http://"+api+"/locks/demo?ttl=30s'") {
+		t.Fatalf("no quick start on stdout: %q", stdout.String())
+	}
+}
+
+func TestRunVersionAndUnknownCommand(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"sidelock", "-version"}, os.Getenv, &out, &out); err != nil || !strings.Contains(out.String(), "sidelock") {
+		t.Fatalf("-version: %v %q", err, out.String())
+	}
+	if err := run(context.Background(), []string{"sidelock", "frobnicate"}, os.Getenv, &out, &out); err == nil {
+		t.Fatal("unknown command accepted")
+	}
+}

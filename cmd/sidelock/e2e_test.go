@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/redistest"
+	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
+)
+
+// childEnv makes the test binary run the sidecar itself, so end-to-end
+// tests exercise real processes (kill -9, SIGTERM) without a separate build.
+const childEnv = "SIDELOCK_E2E_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// sidecar is a sidelock process under test.
+type sidecar struct {
+	cmd   *exec.Cmd
+	api   string // http://127.0.0.1:port
+	admin string
+	exit  chan error
+	log   *strings.Builder
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func startSidecar(t *testing.T, masters []*redistest.Server, env ...string) *sidecar {
+	t.Helper()
+	addrs := make([]string, len(masters))
+	for i, m := range masters {
+		addrs[i] = m.Addr()
+	}
+	apiAddr, adminAddr := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childEnv+"=1",
+		"SIDELOCK_REDIS_ADDRS="+strings.Join(addrs, ","),
+		"SIDELOCK_LISTEN_ADDR="+apiAddr, "SIDELOCK_ADMIN_ADDR="+adminAddr,
+		"SIDELOCK_HEALTH_INTERVAL=100ms", "SIDELOCK_LOG_LEVEL=debug", "SIDELOCK_KEY_PREFIX=e2e:")
+	cmd.Env = append(cmd.Env, env...)
+	s := &sidecar{cmd: cmd, api: "http://" + apiAddr, admin: "http://" + adminAddr, exit: make(chan error, 1), log: &strings.Builder{}}
+	cmd.Stdout, cmd.Stderr = io.Discard, &syncWriter{b: s.log}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.exit <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-s.exit
+		if t.Failed() {
+			t.Logf("sidecar log:\n%s", s.logText())
+		}
+	})
+	eventually(t, 10*time.Second, "sidecar serves /healthz", func() bool {
+		res, err := http.Get(s.admin + "/healthz")
+		if err == nil {
+			res.Body.Close()
+		}
+		return err == nil && res.StatusCode == 200
+	})
+	return s
+}
+
+// syncWriter collects the child's log; exec copies stderr on its own goroutine.
+type syncWriter struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (s *sidecar) logText() string {
+	w := s.cmd.Stderr.(*syncWriter)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// do sends a request to the sidecar and decodes its JSON answer.
+func (s *sidecar) do(t *testing.T, method, path, token string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, s.api+path, nil)
+	if token != "" {
+		req.Header.Set("Lock-Token", token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	var body map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&body)
+	return res.StatusCode, body
+}
+
+func (s *sidecar) acquire(t *testing.T, path string) string {
+	t.Helper()
+	code, body := s.do(t, "POST", path, "")
+	if code != 200 {
+		t.Fatalf("acquire %s: %d %v", path, code, body)
+	}
+	return body["token"].(string)
+}
+
+func (s *sidecar) readyz(t *testing.T) int {
+	res, err := http.Get(s.admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// keyOn reads a lock's key straight from one master.
+func keyOn(t *testing.T, m *redistest.Server, name string) (string, time.Duration) {
+	t.Helper()
+	n := redisnode.New(redisnode.Options{Addr: m.Addr()})
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	v, ttl, err := n.Get(ctx, "e2e:"+name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, ttl
+}
+
+func TestE2EAcquireConflictExtendRelease(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	a, b := startSidecar(t, masters), startSidecar(t, masters)
+	tok := a.acquire(t, "/locks/orders/42?owner=pod-a")
+	if code, body := b.do(t, "POST", "/locks/orders/42", ""); code != 409 || body["code"] != "lock_held" {
+		t.Fatalf("other sidecar: %d %v", code, body)
+	}
+	if code, body := b.do(t, "GET", "/locks/orders/42", ""); code != 200 || body["held"] != true || body["owner"] != "pod-a" {
+		t.Fatalf("inspect from the other sidecar: %d %v", code, body)
+	}
+	if code, _ := a.do(t, "PUT", "/locks/orders/42?ttl=45s", tok); code != 200 {
+		t.Fatalf("extend: %d", code)
+	}
+	if code, _ := b.do(t, "PUT", "/locks/orders/42", tok); code != 410 {
+		t.Fatalf("extend through a sidecar that does not hold it: %d", code)
+	}
+	if code, _ := a.do(t, "DELETE", "/locks/orders/42", tok); code != 204 {
+		t.Fatalf("release: %d", code)
+	}
+	b.acquire(t, "/locks/orders/42")
+}
+
+// A lease with ttl=60s stays held past several key ttls while its caller
+// heartbeats, and the keys on the masters carry only the short key ttl.
+func TestE2EHeartbeatKeepsALockPastSeveralKeyTTLs(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	a := startSidecar(t, masters, "SIDELOCK_KEY_TTL=1s", "SIDELOCK_NODE_TIMEOUT=50ms")
+	b := startSidecar(t, masters)
+	tok := a.acquire(t, "/locks/long?ttl=60s")
+	for range 4 {
+		time.Sleep(time.Second)
+		if code, _ := a.do(t, "PUT", "/locks/long", tok); code != 200 {
+			t.Fatalf("heartbeat: %d", code)
+		}
+		if code, _ := b.do(t, "POST", "/locks/long", ""); code != 409 {
+			t.Fatalf("another sidecar got the lock while its holder heartbeats: %d", code)
+		}
+	}
+	if _, ttl := keyOn(t, masters[0], "long"); ttl <= 0 || ttl > time.Second {
+		t.Fatalf("key ttl on the master is %v, want at most the 1s key ttl", ttl)
+	}
+}
+
+// A lease with ttl=2s and no heartbeat is free again within about 3s.
+func TestE2ELeaseWithoutHeartbeatIsFreeWithin3s(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	a, b := startSidecar(t, masters), startSidecar(t, masters)
+	a.acquire(t, "/locks/short?ttl=2s")
+	took := eventually(t, 3500*time.Millisecond, "lock free again", func() bool {
+		code, _ := b.do(t, "POST", "/locks/short", "")
+		return code == 200
+	})
+	t.Logf("free again %v after acquire with ttl=2s", took)
+	if took < 1900*time.Millisecond {
+		t.Fatalf("free after %v, before its ttl", took)
+	}
+}
+
+// After kill -9 of the sidecar its locks are acquirable from another
+// sidecar within one key ttl.
+func TestE2EKilledSidecarFreesItsLocksWithinOneKeyTTL(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	a := startSidecar(t, masters, "SIDELOCK_KEY_TTL=2s")
+	b := startSidecar(t, masters)
+	a.acquire(t, "/locks/orphan?ttl=1h")
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	took := eventually(t, 3*time.Second, "lock free after kill -9", func() bool {
+		code, _ := b.do(t, "POST", "/locks/orphan", "")
+		return code == 200
+	})
+	t.Logf("free %v after kill -9 (key ttl 2s)", took)
+}
+
+// With 1 of 3 masters down acquisition works; with 2 of 3 down /readyz
+// turns 503 within a few seconds and acquire answers 503 promptly; service
+// resumes when they return.
+func TestE2EQuorumLossAndRecovery(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	a := startSidecar(t, masters)
+	eventually(t, 3*time.Second, "ready", func() bool { return a.readyz(t) == 200 })
+	masters[0].Kill()
+	a.acquire(t, "/locks/minority-down")
+	masters[1].Kill()
+	took := eventually(t, 3*time.Second, "/readyz 503", func() bool { return a.readyz(t) == 503 })
+	t.Logf("/readyz turned 503 %v after the second master died", took)
+	start := time.Now()
+	if code, body := a.do(t, "POST", "/locks/majority-down", ""); code != 503 || body["code"] != "no_quorum" {
+		t.Fatalf("acquire without quorum: %d %v", code, body)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("acquire without quorum took %v", d)
+	}
+	masters[0].Restart(t)
+	masters[1].Restart(t)
+	eventually(t, 5*time.Second, "ready again", func() bool { return a.readyz(t) == 200 })
+	a.acquire(t, "/locks/majority-back")
+}
+
+// SIGTERM releases every held lock on the masters before the process exits.
+func TestE2ESIGTERMReleasesHeldLocks(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	a := startSidecar(t, masters)
+	for i := range 5 {
+		a.acquire(t, fmt.Sprintf("/locks/job/%d?ttl=1h", i))
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-a.exit:
+		a.exit <- err
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no exit within 10s of SIGTERM")
+	}
+	for i := range 5 {
+		for _, m := range masters {
+			if v, _ := keyOn(t, m, fmt.Sprintf("job/%d", i)); v != "" {
+				t.Fatalf("job/%d still on %s after SIGTERM", i, m.Addr())
+			}
+		}
+	}
+}
