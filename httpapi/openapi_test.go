@@ -1,0 +1,48 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+)
+
+type openAPIDoc struct {
+	Paths map[string]map[string]json.RawMessage `json:"paths"`
+}
+
+// The OpenAPI description lists exactly the routes and methods the router
+// serves: a route added or removed without the spec fails here.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	var doc openAPIDoc
+	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
+		t.Fatalf("openapi.json: %v", err)
+	}
+	r := chi.NewRouter()
+	addLockRoutes(r, slog.New(slog.DiscardHandler), nil, nil)
+	var served []string
+	err := chi.Walk(r, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		served = append(served, strings.ToLower(method)+" "+strings.Replace(route, "/*", "/{name}", 1))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			if method != "parameters" {
+				documented = append(documented, method+" "+path)
+			}
+		}
+	}
+	slices.Sort(served)
+	slices.Sort(documented)
+	if !slices.Equal(served, documented) {
+		t.Fatalf("routes and OpenAPI differ:\nserved:     %v\ndocumented: %v", served, documented)
+	}
+}
