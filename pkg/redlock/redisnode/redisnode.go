@@ -1,0 +1,243 @@
+// Package redisnode implements redlock.Node on one independent Redis master.
+//
+// Each operation is a single Lua script, so its check-then-act steps are
+// atomic on the server and cost one round trip. Scripts run through EVALSHA
+// and fall back to EVAL after NOSCRIPT (a restarted or SCRIPT FLUSHed
+// master), so no separate loading step is needed.
+//
+// The client is tuned for the Redlock budget: the algorithm gives every call
+// a short deadline (tens of milliseconds), and the deadline must bound the
+// whole call — pool wait, dial, write and read — with no hidden retries.
+package redisnode
+
+import (
+	"context"
+	"crypto/tls"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/sidelock/sidelock/pkg/redlock"
+)
+
+var _ redlock.Node = (*Node)(nil)
+
+var (
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed extend.lua
+	extendSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed get.lua
+	getSrc string
+
+	acquireScript = redis.NewScript(acquireSrc)
+	extendScript  = redis.NewScript(extendSrc)
+	releaseScript = redis.NewScript(releaseSrc)
+	getScript     = redis.NewScript(getSrc)
+)
+
+// fallbackTimeout bounds dials, reads and writes when the caller's context
+// has no earlier deadline (a context deadline always wins). A lock call
+// slower than this is useless anyway: the lease's validity is draining.
+const fallbackTimeout = time.Second
+
+// Options configures the connection to one Redis master.
+type Options struct {
+	// Addr is the master's "host:port".
+	Addr string
+	// Username selects a Redis 6+ ACL user; empty means "default".
+	Username string
+	// Password authenticates with AUTH (requirepass or ACL).
+	Password string
+	// TLS enables TLS when non-nil. An empty ServerName is taken from Addr.
+	TLS *tls.Config
+	// PoolSize caps concurrent connections to this master; 0 keeps go-redis's
+	// default of 10 per GOMAXPROCS. Each lock operation holds a connection
+	// for one round trip, so the default is ample for a sidecar.
+	PoolSize int
+}
+
+// Node is a redlock.Node backed by one Redis master. It is safe for
+// concurrent use.
+type Node struct {
+	addr   string
+	client *redis.Client
+}
+
+// New returns a Node for the master at opts.Addr. It does not connect: the
+// first call dials, and a master that is down only fails the calls made
+// while it is down.
+func New(opts Options) *Node {
+	return &Node{addr: opts.Addr, client: redis.NewClient(clientOptions(opts))}
+}
+
+func clientOptions(opts Options) *redis.Options {
+	return &redis.Options{
+		Addr:      opts.Addr,
+		Username:  opts.Username,
+		Password:  opts.Password,
+		TLSConfig: opts.TLS,
+
+		// Honour the per-call context deadline on every socket read and
+		// write. Without it go-redis waits for ReadTimeout instead. Dials
+		// run on a background goroutine bounded by DialTimeout; the caller
+		// stops waiting when its context ends, and a dial that completes
+		// late still warms the pool for the next call.
+		ContextTimeoutEnabled: true,
+		DialTimeout:           fallbackTimeout,
+		ReadTimeout:           fallbackTimeout,
+		WriteTimeout:          fallbackTimeout,
+
+		// No retries: inside a ~50ms budget a retry cannot help a master
+		// that just failed, it only delays the verdict, and the algorithm
+		// already tolerates a minority of failed nodes. Stale pooled
+		// connections (after a master restart) are not a reason to retry:
+		// go-redis health-checks idle connections before reuse. Note that
+		// after PoolSize failed dials go-redis fails calls fast with the
+		// last dial error until a background probe (every second)
+		// reconnects, so a returning master may stay "down" for up to ~1s.
+		MaxRetries:    -1,
+		DialerRetries: 1,
+
+		PoolSize: opts.PoolSize,
+
+		// RESP2 is all the scripts need, and it works with every Redis
+		// version and with proxies that do not speak RESP3. RESP3 would
+		// only add push-notification handling to every connection.
+		Protocol: 2,
+		// CLIENT SETINFO and CLIENT MAINT_NOTIFICATIONS would each add a
+		// round trip to every new connection, eating into the first call's
+		// budget, for features sidelock does not use (and that servers
+		// older than 7.2 reject anyway).
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
+}
+
+// Addr returns the master's address as given in Options.
+func (n *Node) Addr() string { return n.addr }
+
+// Acquire implements redlock.Node.
+func (n *Node) Acquire(ctx context.Context, key, value string, ttl time.Duration) (bool, time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return false, 0, n.wrap(ctx, "acquire", err)
+	}
+	reply, err := acquireScript.Run(ctx, n.client, []string{key}, value, milliseconds(ttl)).Int64Slice()
+	if err != nil {
+		return false, 0, n.wrap(ctx, "acquire", err)
+	}
+	if len(reply) != 2 {
+		return false, 0, n.wrap(ctx, "acquire", fmt.Errorf("unexpected script reply %v", reply))
+	}
+	if reply[0] == 1 {
+		return true, 0, nil
+	}
+	return false, time.Duration(reply[1]) * time.Millisecond, nil
+}
+
+// Extend implements redlock.Node.
+func (n *Node) Extend(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, n.wrap(ctx, "extend", err)
+	}
+	extended, err := extendScript.Run(ctx, n.client, []string{key}, value, milliseconds(ttl)).Bool()
+	if err != nil {
+		return false, n.wrap(ctx, "extend", err)
+	}
+	return extended, nil
+}
+
+// Release implements redlock.Node.
+func (n *Node) Release(ctx context.Context, key, value string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, n.wrap(ctx, "release", err)
+	}
+	released, err := releaseScript.Run(ctx, n.client, []string{key}, value).Bool()
+	if err != nil {
+		return false, n.wrap(ctx, "release", err)
+	}
+	return released, nil
+}
+
+// Get implements redlock.Node.
+func (n *Node) Get(ctx context.Context, key string) (string, time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return "", 0, n.wrap(ctx, "get", err)
+	}
+	reply, err := getScript.Run(ctx, n.client, []string{key}).Slice()
+	if errors.Is(err, redis.Nil) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, n.wrap(ctx, "get", err)
+	}
+	value, pttl, ok := valueAndTTL(reply)
+	if !ok {
+		return "", 0, n.wrap(ctx, "get", fmt.Errorf("unexpected script reply %v", reply))
+	}
+	return value, time.Duration(pttl) * time.Millisecond, nil
+}
+
+func valueAndTTL(reply []any) (string, int64, bool) {
+	if len(reply) != 2 {
+		return "", 0, false
+	}
+	value, ok1 := reply[0].(string)
+	pttl, ok2 := reply[1].(int64)
+	return value, pttl, ok1 && ok2
+}
+
+// Ping implements redlock.Node.
+func (n *Node) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return n.wrap(ctx, "ping", err)
+	}
+	if err := n.client.Ping(ctx).Err(); err != nil {
+		return n.wrap(ctx, "ping", err)
+	}
+	return nil
+}
+
+// Close closes the connection pool. Calls after Close fail.
+func (n *Node) Close() error {
+	if err := n.client.Close(); err != nil {
+		return fmt.Errorf("redis %s: close: %w", n.addr, err)
+	}
+	return nil
+}
+
+// wrap names the master and operation in err. When the call ran out of
+// time, context.DeadlineExceeded (or the cancellation) is wrapped too, so
+// callers can tell a timed-out node with errors.Is: go-redis reports a
+// socket deadline as a bare "i/o timeout", and the socket deadline can fire
+// a moment before the context's own timer marks it done.
+func (n *Node) wrap(ctx context.Context, op string, err error) error {
+	if ctxErr := contextError(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
+		return fmt.Errorf("redis %s: %s: %w: %w", n.addr, op, ctxErr, err)
+	}
+	return fmt.Errorf("redis %s: %s: %w", n.addr, op, err)
+}
+
+func contextError(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// milliseconds converts ttl to whole milliseconds for PX/PEXPIRE, rounding
+// up so a lease never ends earlier than asked, and to at least 1ms because
+// Redis rejects a zero or negative expiry.
+func milliseconds(ttl time.Duration) int64 {
+	ms := int64((ttl + time.Millisecond - 1) / time.Millisecond)
+	return max(ms, 1)
+}
