@@ -16,6 +16,7 @@ import (
 	"github.com/lmittmann/tint"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sidelock/sidelock/httpapi"
 	"github.com/sidelock/sidelock/pkg/health"
@@ -70,6 +71,7 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 // serve runs the sidecar until ctx ends, then releases every held lock.
 func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, stderr io.Writer) error {
 	log := newLogger(cfg, getenv, stderr)
+	redis.SetLogger(redisLogger{log}) // go-redis logs globally; route it through slog
 	nodes, err := buildNodes(cfg)
 	if err != nil {
 		return err
@@ -79,7 +81,9 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	if err != nil {
 		return err
 	}
-	checker, err := health.New(nodes, locker.Quorum(), health.Config{Interval: cfg.HealthInterval, Timeout: cfg.NodeTimeout})
+	checker, err := health.New(nodes, locker.Quorum(), health.Config{
+		Interval: cfg.HealthInterval, Timeout: cfg.NodeTimeout, OnChange: logHealthChange(log),
+	})
 	if err != nil {
 		return err
 	}
@@ -215,4 +219,34 @@ func printQuickStart(w io.Writer, apiAddr string) {
 	fmt.Fprintf(w, "sidelock dev mode: 3 in-memory masters, lock API on %s. Try:\n", base)
 	fmt.Fprintf(w, "  curl -s -X POST '%s/locks/demo?ttl=30s'\n", base)
 	fmt.Fprintf(w, "  curl -i -X DELETE -H 'Lock-Token: <token from above>' %s/locks/demo\n", base)
+}
+
+// redisLogger sends go-redis's own messages (failed dials, pool events) to
+// slog at debug level: the health checker already reports masters that are
+// down, once per round, at the right level.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
+}
+
+// logHealthChange logs masters going down or up and the quorum changing.
+func logHealthChange(log *slog.Logger) func(prev, cur health.Report) {
+	return func(prev, cur health.Report) {
+		for i, n := range cur.Nodes {
+			switch {
+			case prev.Nodes[i].Up && !n.Up:
+				log.Warn("master down", "master", n.Addr, "err", n.Error)
+			case !prev.Nodes[i].Up && n.Up:
+				log.Info("master up", "master", n.Addr)
+			}
+		}
+		if prev.Ready != cur.Ready {
+			level := slog.LevelInfo
+			if !cur.Ready {
+				level = slog.LevelError
+			}
+			log.Log(context.Background(), level, "quorum changed", "ready", cur.Ready, "up", cur.Up, "quorum", cur.Quorum)
+		}
+	}
 }

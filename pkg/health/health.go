@@ -35,6 +35,9 @@ type Config struct {
 	Interval time.Duration // between rounds (default 1s)
 	Timeout  time.Duration // per ping (default: the node timeout)
 	Now      func() time.Time
+	// OnChange, if set, is called after a round in which a master went up
+	// or down, with the previous and the new report (for logging).
+	OnChange func(prev, cur Report)
 }
 
 // Checker pings the masters. Report is safe for concurrent use.
@@ -99,8 +102,12 @@ func (c *Checker) Check(ctx context.Context) Report {
 	}
 	r.Ready = r.Up >= c.quorum
 	c.mu.Lock()
+	prev := c.last
 	c.last = r
 	c.mu.Unlock()
+	if c.cfg.OnChange != nil && changed(prev, r) {
+		c.cfg.OnChange(prev, r)
+	}
 	return r
 }
 
@@ -123,4 +130,13 @@ func (c *Checker) Report() Report {
 	r := c.last
 	r.Nodes = append([]NodeState(nil), r.Nodes...)
 	return r
+}
+
+func changed(prev, cur Report) bool {
+	for i := range cur.Nodes {
+		if prev.Nodes[i].Up != cur.Nodes[i].Up {
+			return true
+		}
+	}
+	return prev.Ready != cur.Ready
 }

@@ -1,0 +1,79 @@
+package health_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/health"
+	"github.com/sidelock/sidelock/pkg/redlock"
+	"github.com/sidelock/sidelock/pkg/redlock/memnode"
+)
+
+func TestReadyOnlyWithAQuorum(t *testing.T) {
+	mem := []*memnode.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
+	nodes := []redlock.Node{mem[0], mem[1], mem[2]}
+	var changes []string
+	c, err := health.New(nodes, 2, health.Config{OnChange: func(prev, cur health.Report) {
+		changes = append(changes, fmt.Sprintf("%d->%d", prev.Up, cur.Up))
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Report().Ready {
+		t.Fatal("ready before the first check")
+	}
+	steps := []struct {
+		down  []int
+		ready bool
+		up    int
+	}{
+		{nil, true, 3},
+		{[]int{0}, true, 2},
+		{[]int{0, 1}, false, 1},
+		{[]int{0, 1, 2}, false, 0},
+		{nil, true, 3},
+	}
+	for _, s := range steps {
+		for i, m := range mem {
+			m.SetDown(false)
+			for _, d := range s.down {
+				if d == i {
+					m.SetDown(true)
+				}
+			}
+		}
+		r := c.Check(context.Background())
+		if r.Ready != s.ready || r.Up != s.up || c.Report().Ready != s.ready {
+			t.Fatalf("down=%v: %+v, want ready=%v up=%d", s.down, r, s.ready, s.up)
+		}
+		for i, n := range r.Nodes {
+			if n.Addr != mem[i].Addr() || (n.Error != "") == n.Up {
+				t.Fatalf("node %d state %+v", i, n)
+			}
+		}
+	}
+	if want := "[0->3 3->2 2->1 1->0 0->3]"; fmt.Sprint(changes) != want {
+		t.Fatalf("changes %v, want %v", changes, want)
+	}
+}
+
+func TestAHangingMasterIsDownWithinTheTimeout(t *testing.T) {
+	slow := memnode.New("slow")
+	slow.SetDelay(10 * time.Second)
+	c, _ := health.New([]redlock.Node{slow}, 1, health.Config{Timeout: 50 * time.Millisecond})
+	start := time.Now()
+	if r := c.Check(context.Background()); r.Ready {
+		t.Fatal("a hanging master counted as up")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("check took %v", took)
+	}
+}
+
+func TestNewRejectsBadQuorum(t *testing.T) {
+	if _, err := health.New([]redlock.Node{memnode.New("a")}, 2, health.Config{}); err == nil {
+		t.Fatal("quorum above the number of masters accepted")
+	}
+}

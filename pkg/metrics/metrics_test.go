@@ -1,0 +1,49 @@
+package metrics_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sidelock/sidelock/pkg/health"
+	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/pkg/metrics"
+)
+
+func TestMetricsExported(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	report := health.Report{Ready: true, Quorum: 2, Up: 2, Nodes: []health.NodeState{{Addr: "r1:6379", Up: true}, {Addr: "r2:6379", Up: true}, {Addr: "r3:6379"}}}
+	m := metrics.New(reg, metrics.Sources{LocksHeld: func() int { return 7 }, Health: func() health.Report { return report }})
+	m.Acquisition(lease.OutcomeAcquired, time.Millisecond)
+	m.Acquisition(lease.OutcomeNoQuorum, time.Millisecond)
+	m.Renewal(true)
+	m.Renewal(false)
+	m.Ended(lease.EndLost)
+	m.Ended(lease.EndReleased)
+	m.Request("/locks/*", "POST", 200, time.Millisecond)
+
+	expected := `
+# HELP sidelock_master_up Whether a master answered the last health ping (1) or not (0).
+# TYPE sidelock_master_up gauge
+sidelock_master_up{master="r1:6379"} 1
+sidelock_master_up{master="r2:6379"} 1
+sidelock_master_up{master="r3:6379"} 0
+# HELP sidelock_locks_held Locks currently held through this sidecar.
+# TYPE sidelock_locks_held gauge
+sidelock_locks_held 7
+# HELP sidelock_locks_lost_total Locks lost because renewal could not keep a quorum before the validity ran out.
+# TYPE sidelock_locks_lost_total counter
+sidelock_locks_lost_total 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "sidelock_master_up", "sidelock_locks_held", "sidelock_locks_lost_total"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"sidelock_quorum", "sidelock_acquire_duration_seconds", "sidelock_renewals_total", "sidelock_releases_total", "sidelock_http_requests_total", "sidelock_http_request_duration_seconds"} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n == 0 {
+			t.Errorf("%s: %d series, %v", name, n, err)
+		}
+	}
+}
