@@ -40,3 +40,18 @@ type Node interface {
 	// Close frees the node's connections.
 	Close() error
 }
+
+// ReleaseWatcher is implemented by nodes that announce releases. Announcements
+// are best-effort: callers must also poll or time out.
+//
+// Only a Release that deleted the key is announced, not an expiry. A watch
+// may take a moment (a round trip) to become active after WatchReleases
+// returns, and announcements made while a node is unreachable are lost.
+type ReleaseWatcher interface {
+	// WatchReleases calls notify (from any goroutine; it must not block) each time
+	// key is released on this node, until cancel is called. cancel is idempotent.
+	//
+	// As with time.AfterFunc's Stop, a call already being delivered when
+	// cancel runs may still happen after cancel returns; no later ones do.
+	WatchReleases(key string, notify func()) (cancel func())
+}

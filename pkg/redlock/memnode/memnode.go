@@ -50,7 +50,11 @@ type Node struct {
 	keptByLastSweep  int
 	down, closed     bool
 	delay            time.Duration
+	watchers         map[string]map[*watcher]struct{} // see WatchReleases
 }
+
+// watcher is one WatchReleases registration; its address is its identity.
+type watcher struct{ notify func() }
 
 type entry struct {
 	value     string
@@ -123,13 +127,50 @@ func (n *Node) Release(ctx context.Context, key, value string) (bool, error) {
 		return false, err
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	held, ok := n.lookup(key, n.now())
 	if !ok || held.value != value {
+		n.mu.Unlock()
 		return false, nil
 	}
 	delete(n.entries, key)
+	notify := make([]func(), 0, len(n.watchers[key]))
+	for w := range n.watchers[key] {
+		notify = append(notify, w.notify)
+	}
+	n.mu.Unlock()
+	// Outside the lock, so notify may call cancel or use the node.
+	for _, f := range notify {
+		f()
+	}
 	return true, nil
+}
+
+// WatchReleases implements redlock.ReleaseWatcher. Like the Redis node it
+// announces only a Release that deleted key, never an expiry; notify runs
+// on the releasing goroutine before Release returns.
+func (n *Node) WatchReleases(key string, notify func()) (cancel func()) {
+	w := &watcher{notify: notify}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.watchers == nil {
+		n.watchers = make(map[string]map[*watcher]struct{})
+	}
+	if n.watchers[key] == nil {
+		n.watchers[key] = make(map[*watcher]struct{})
+	}
+	n.watchers[key][w] = struct{}{}
+
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			delete(n.watchers[key], w)
+			if len(n.watchers[key]) == 0 {
+				delete(n.watchers, key)
+			}
+		})
+	}
 }
 
 // Get implements redlock.Node.

@@ -15,7 +15,10 @@ import (
 
 // The assertion lives here, not in memnode.go, so that memnode stays free of
 // a dependency on redlock (see the package doc).
-var _ redlock.Node = (*Node)(nil)
+var (
+	_ redlock.Node           = (*Node)(nil)
+	_ redlock.ReleaseWatcher = (*Node)(nil)
+)
 
 func TestConformance(t *testing.T) {
 	nodetest.Run(t, func(t *testing.T) redlock.Node { return New("mem-" + t.Name()) })

@@ -48,9 +48,11 @@ const (
 )
 
 // Run checks that the nodes built by newNode behave as redlock.Node
-// documents. newNode is called once per subtest; the node it returns is
-// closed when that subtest ends. Subtests run in parallel and each uses its
-// own keys, so the nodes may share one backing store (one Redis server).
+// documents and, if they implement redlock.ReleaseWatcher, that they
+// announce releases. newNode is called once per subtest; the node it
+// returns is closed when that subtest ends. Subtests run in parallel and
+// each uses its own keys, so the nodes may share one backing store (one
+// Redis server).
 func Run(t *testing.T, newNode func(t *testing.T) redlock.Node) {
 	for _, tc := range []struct {
 		name string
@@ -76,6 +78,11 @@ func Run(t *testing.T, newNode func(t *testing.T) redlock.Node) {
 		{"ConcurrentAcquireHasOneWinner", testConcurrentAcquire},
 		{"CancelledContext", testCancelledContext},
 		{"ExpiredContext", testExpiredContext},
+		// Skipped for nodes that do not implement redlock.ReleaseWatcher.
+		{"WatchNotifiesOnRelease", testWatchNotifies},
+		{"WatchIgnoresOtherKeys", testWatchIgnoresOtherKeys},
+		{"WatchIgnoresExpiryAndFailedRelease", testWatchIgnoresNonReleases},
+		{"WatchersShareKeyAndCancelAlone", testWatchersAndCancel},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

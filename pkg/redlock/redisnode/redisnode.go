@@ -8,6 +8,11 @@
 // The client is tuned for the Redlock budget: the algorithm gives every call
 // a short deadline (tens of milliseconds), and the deadline must bound the
 // whole call — pool wait, dial, write and read — with no hidden retries.
+//
+// A Release that deletes a key also PUBLISHes "released" on the channel
+// named after the key itself, and Node.WatchReleases listens for it over one
+// Pub/Sub connection per Node, subscribed only to the keys being watched.
+// Any client may subscribe to a lock key's channel to learn of its releases.
 package redisnode
 
 import (
@@ -66,8 +71,9 @@ type Options struct {
 // Node is a redlock.Node backed by one Redis master. It is safe for
 // concurrent use.
 type Node struct {
-	addr   string
-	client *redis.Client
+	addr     string
+	client   *redis.Client
+	releases releases // see WatchReleases
 }
 
 // New returns a Node for the master at opts.Addr. It does not connect: the
@@ -204,8 +210,12 @@ func (n *Node) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connection pool. Calls after Close fail.
+// Close stops release watching (no notify runs once it returns), then
+// closes the connection pool. Calls after Close fail.
 func (n *Node) Close() error {
+	// The PubSub goes first: it dials through the client, and its
+	// goroutines must be gone before the client is.
+	n.releases.close()
 	if err := n.client.Close(); err != nil {
 		return fmt.Errorf("redis %s: close: %w", n.addr, err)
 	}
