@@ -27,6 +27,10 @@ type lockParams struct {
 // access logs).
 const tokenHeader = "Lock-Token"
 
+// idempotencyHeader makes a retried acquire return the lease the first
+// attempt obtained, while this sidecar still holds it.
+const idempotencyHeader = "Idempotency-Key"
+
 // tokenLen is the length of a token: 128 random bits in hex.
 const tokenLen = 32
 
@@ -187,7 +191,14 @@ func acquireRequest(r *http.Request) (lease.Request, error) {
 	if p.Token != nil {
 		return lease.Request{}, badRequest("invalid_request", "acquire takes no token")
 	}
+	keys := r.Header.Values(idempotencyHeader)
+	if len(keys) > 1 {
+		return lease.Request{}, badRequest("invalid_request", "the %s header is given more than once", idempotencyHeader)
+	}
 	req := lease.Request{Name: name}
+	if len(keys) == 1 {
+		req.IdempotencyKey = keys[0]
+	}
 	if p.Owner != nil {
 		req.Owner = *p.Owner
 	}

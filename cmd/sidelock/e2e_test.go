@@ -293,3 +293,97 @@ func TestE2ESIGTERMReleasesHeldLocks(t *testing.T) {
 		}
 	}
 }
+
+// A waiter on sidecar B acquires promptly after the holder on sidecar A
+// releases: the release is announced through the masters' Pub/Sub.
+func TestE2EWaiterOnAnotherSidecarAcquiresPromptlyAfterRelease(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	a, b := startSidecar(t, masters), startSidecar(t, masters)
+	tok := a.acquire(t, "/locks/handoff")
+	granted := make(chan time.Time, 1)
+	go func() {
+		code, body := b.do(t, "POST", "/locks/handoff?wait=10s", "")
+		if code != 200 {
+			t.Errorf("waiter: %d %v", code, body)
+		}
+		granted <- time.Now()
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter is queued and subscribed
+	released := time.Now()
+	if code, _ := a.do(t, "DELETE", "/locks/handoff", tok); code != 204 {
+		t.Fatalf("release: %d", code)
+	}
+	handoff := (<-granted).Sub(released)
+	t.Logf("hand-off from sidecar A's release to sidecar B's grant: %v", handoff)
+	if handoff > 200*time.Millisecond {
+		t.Fatalf("hand-off took %v, want far below the 250ms fallback poll", handoff)
+	}
+}
+
+// A timed-out wait answers 409 close to the requested wait.
+func TestE2EWaitTimesOutCloseToTheWait(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	a, b := startSidecar(t, masters), startSidecar(t, masters)
+	a.acquire(t, "/locks/busy")
+	start := time.Now()
+	code, body := b.do(t, "POST", "/locks/busy?wait=700ms", "")
+	took := time.Since(start)
+	if code != 409 || body["code"] != "lock_held" || took < 700*time.Millisecond || took > 1200*time.Millisecond {
+		t.Fatalf("%d %v after %v, want 409 after about 700ms", code, body, took)
+	}
+}
+
+// A waiter whose client disconnects leaves the queue and never ends up
+// holding the lock.
+func TestE2EDisconnectedWaiterNeverHoldsTheLock(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	a := startSidecar(t, masters)
+	tok := a.acquire(t, "/locks/gone")
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", a.api+"/locks/gone?wait=10s", nil)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+			t.Errorf("the waiter got an answer: %d", res.StatusCode)
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	cancel() // the client goes away
+	<-done
+	time.Sleep(100 * time.Millisecond)
+	if code, _ := a.do(t, "DELETE", "/locks/gone", tok); code != 204 {
+		t.Fatalf("release: %d", code)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if code, body := a.do(t, "GET", "/locks/gone", ""); code != 200 || body["held"] != false {
+		t.Fatalf("after the holder released, the lock is %v: the departed waiter holds it", body)
+	}
+	if code, body := a.do(t, "GET", "/locks", ""); code != 200 || len(body["locks"].([]any)) != 0 {
+		t.Fatalf("leases left: %v", body)
+	}
+}
+
+// A retried acquire with the same Idempotency-Key returns the same token.
+func TestE2EIdempotentReacquireReturnsTheSameToken(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	a := startSidecar(t, masters)
+	post := func() (int, map[string]any) {
+		req, _ := http.NewRequest("POST", a.api+"/locks/report?ttl=30s", nil)
+		req.Header.Set("Idempotency-Key", "nightly-2026-11-21")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var body map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&body)
+		return res.StatusCode, body
+	}
+	c1, first := post()
+	c2, second := post()
+	if c1 != 200 || c2 != 200 || first["token"] != second["token"] {
+		t.Fatalf("first %d %v, retry %d %v", c1, first, c2, second)
+	}
+}

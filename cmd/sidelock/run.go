@@ -89,7 +89,9 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	}
 	reg := prometheus.NewRegistry()
 	var leases *lease.Manager
-	m := metrics.New(reg, metrics.Sources{LocksHeld: func() int { return leases.Len() }, Health: checker.Report})
+	m := metrics.New(reg, metrics.Sources{
+		LocksHeld: func() int { return leases.Len() }, Waiters: func() int { return leases.Waiters() }, Health: checker.Report,
+	})
 	leases, err = lease.NewManager(locker, lease.Config{
 		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
 		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, Observer: m, Logger: log,

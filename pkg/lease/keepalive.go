@@ -12,15 +12,17 @@ import (
 // lease is one lock held through this sidecar. Its goroutine (run) is the
 // only one that talks to the masters about it or changes its timing.
 type lease struct {
-	m          *Manager
-	name       string
-	key        string
-	value      string
-	token      string
-	owner      string
-	acquiredAt time.Time
-	ops        chan op
-	done       chan struct{} // closed when the goroutine has ended the lease
+	m     *Manager
+	name  string
+	key   string
+	value string
+	token string
+	owner string
+	// idempotencyKey lets a retried acquire find this lease again.
+	idempotencyKey string
+	acquiredAt     time.Time
+	ops            chan op
+	done           chan struct{} // closed when the goroutine has ended the lease
 
 	// Written by run only; read under the Manager's or snapshot's lock.
 	ttl        time.Duration
@@ -58,18 +60,19 @@ func newLease(m *Manager, req Request) (*lease, error) {
 	}
 	now := m.cfg.Now()
 	return &lease{
-		m:          m,
-		name:       req.Name,
-		key:        m.cfg.KeyPrefix + req.Name,
-		value:      masterValue(id, req.Owner),
-		token:      token,
-		owner:      req.Owner,
-		acquiredAt: now,
-		ops:        make(chan op),
-		done:       make(chan struct{}),
-		ttl:        req.TTL,
-		keyTTL:     m.keyTTL(req.TTL),
-		expiresAt:  now.Add(req.TTL),
+		m:              m,
+		name:           req.Name,
+		key:            m.cfg.KeyPrefix + req.Name,
+		value:          masterValue(id, req.Owner),
+		token:          token,
+		owner:          req.Owner,
+		idempotencyKey: req.IdempotencyKey,
+		acquiredAt:     now,
+		ops:            make(chan op),
+		done:           make(chan struct{}),
+		ttl:            req.TTL,
+		keyTTL:         m.keyTTL(req.TTL),
+		expiresAt:      now.Add(req.TTL),
 	}, nil
 }
 
@@ -209,6 +212,7 @@ func (l *lease) end(reason EndReason, cause error) {
 	err := l.m.locker.Release(context.Background(), l.key, l.value)
 	l.m.mu.Lock()
 	delete(l.m.leases, l.name)
+	l.m.wakeQueueLocked(l.name)
 	l.m.mu.Unlock()
 	l.m.obs.Ended(reason)
 	switch {

@@ -21,6 +21,7 @@ package lease
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -48,12 +49,10 @@ type HeldError = redlock.HeldError
 
 // Limits of a request, enforced by Manager.
 const (
-	MinTTL        = time.Second
-	MaxOwnerLen   = 128
-	MaxNameLen    = 256
-	tokenBytes    = 16 // 128 bits from crypto/rand
-	retryJitterLo = 50 * time.Millisecond
-	retryJitterHi = 250 * time.Millisecond
+	MinTTL      = time.Second
+	MaxOwnerLen = 128
+	MaxNameLen  = 256
+	tokenBytes  = 16 // 128 bits from crypto/rand
 )
 
 // Config configures a Manager; Validate reports bad combinations.
@@ -91,6 +90,10 @@ type Request struct {
 	Owner string        // free label for humans
 	TTL   time.Duration // caller's lease; 0 takes the default
 	Wait  time.Duration // how long to wait for a held lock; 0 tries once
+	// IdempotencyKey makes a retried acquire safe: while this sidecar holds
+	// the name for a lease acquired with the same key, Acquire returns that
+	// lease (same token) instead of ErrLockHeld.
+	IdempotencyKey string
 }
 
 // Info describes a lease held through this sidecar.
@@ -126,6 +129,8 @@ type Manager struct {
 	closing bool
 	leases  map[string]*lease   // live leases by name
 	pending map[string]struct{} // names being acquired right now
+	queues  map[string]*queue   // callers waiting, by name
+	waiting int                 // callers in all queues
 }
 
 // NewManager returns a Manager that locks through locker.
@@ -152,41 +157,53 @@ func NewManager(locker *redlock.Locker, cfg Config) (*Manager, error) {
 		stopping: make(chan struct{}),
 		leases:   make(map[string]*lease),
 		pending:  make(map[string]struct{}),
+		queues:   make(map[string]*queue),
 	}, nil
 }
 
-// Acquire takes the lock for req, waiting up to req.Wait while it is held
-// elsewhere. If ctx ends while the lock is being granted, the lock is
-// released at once: a departed caller never holds a lock.
+// Acquire takes the lock for req, waiting up to req.Wait in this sidecar's
+// FIFO queue for the name while it is held elsewhere. If ctx ends while the
+// lock is being granted, the lock is released at once: a departed caller
+// never holds a lock.
 func (m *Manager) Acquire(ctx context.Context, req Request) (Info, error) {
 	start := m.cfg.Now()
 	req, err := m.normalize(req)
 	if err != nil {
+		m.obs.Acquisition(OutcomeInvalid, 0)
 		return Info{}, err
 	}
-	info, err := m.acquireWithin(ctx, req, start.Add(req.Wait))
+	var info Info
+	if in, ok := m.sameRequest(req); ok {
+		info = in
+	} else if req.Wait == 0 {
+		info, err = m.tryAcquire(ctx, req, false)
+	} else {
+		info, err = m.acquireWaiting(ctx, req, start.Add(req.Wait))
+		m.obs.Waited(outcomeOf(err), m.cfg.Now().Sub(start))
+	}
 	m.obs.Acquisition(outcomeOf(err), m.cfg.Now().Sub(start))
 	return info, err
 }
 
-func (m *Manager) acquireWithin(ctx context.Context, req Request, deadline time.Time) (Info, error) {
-	for {
-		info, err := m.tryAcquire(ctx, req)
-		if !errors.Is(err, ErrLockHeld) {
-			return info, err
-		}
-		pause := min(jitter(retryJitterLo, retryJitterHi), deadline.Sub(m.cfg.Now()))
-		if pause <= 0 {
-			return info, err
-		}
-		if err := sleep(ctx, pause); err != nil {
-			return Info{}, err
-		}
+// sameRequest finds the live lease a retried acquire with the same
+// idempotency key already obtained.
+func (m *Manager) sameRequest(req Request) (Info, bool) {
+	if req.IdempotencyKey == "" {
+		return Info{}, false
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.leases[req.Name]
+	if !ok || subtle.ConstantTimeCompare([]byte(l.idempotencyKey), []byte(req.IdempotencyKey)) != 1 {
+		return Info{}, false
+	}
+	return l.infoLocked(true), true
 }
 
-func (m *Manager) tryAcquire(ctx context.Context, req Request) (Info, error) {
-	if err := m.reserve(req.Name); err != nil {
+// tryAcquire makes one round to the masters. A caller outside the queue
+// (fromQueue false) does not jump ahead of waiters.
+func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (Info, error) {
+	if err := m.reserve(req.Name, fromQueue); err != nil {
 		return Info{}, err
 	}
 	l, err := newLease(m, req)
@@ -213,11 +230,14 @@ func (m *Manager) tryAcquire(ctx context.Context, req Request) (Info, error) {
 
 // reserve lets one acquisition per name go to the masters from this
 // sidecar; others see the name as held without a round trip.
-func (m *Manager) reserve(name string) error {
+func (m *Manager) reserve(name string, fromQueue bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closing {
 		return ErrShuttingDown
+	}
+	if _, queued := m.queues[name]; queued && !fromQueue {
+		return &HeldError{}
 	}
 	if l, ok := m.leases[name]; ok {
 		return &HeldError{RetryAfter: max(0, l.infoLocked(false).LeaseExpiresAt.Sub(m.cfg.Now()))}
@@ -347,6 +367,9 @@ func (m *Manager) normalize(req Request) (Request, error) {
 	if err := ValidateOwner(req.Owner); err != nil {
 		return req, err
 	}
+	if err := validateLabel("idempotency key", req.IdempotencyKey); err != nil {
+		return req, err
+	}
 	if req.TTL == 0 {
 		req.TTL = m.cfg.DefaultTTL
 	}
@@ -411,13 +434,15 @@ func nameByte(c byte) bool {
 
 // ValidateOwner checks the free owner label: at most 128 bytes of printable
 // UTF-8, since it is shown back to humans and stored on the masters.
-func ValidateOwner(owner string) error {
-	if len(owner) > MaxOwnerLen {
-		return fmt.Errorf("%w: owner must be at most %d bytes", ErrInvalid, MaxOwnerLen)
+func ValidateOwner(owner string) error { return validateLabel("owner", owner) }
+
+func validateLabel(what, s string) error {
+	if len(s) > MaxOwnerLen {
+		return fmt.Errorf("%w: %s must be at most %d bytes", ErrInvalid, what, MaxOwnerLen)
 	}
-	for _, r := range owner {
+	for _, r := range s {
 		if r == '\uFFFD' || r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%w: owner must be printable UTF-8", ErrInvalid)
+			return fmt.Errorf("%w: %s must be printable UTF-8", ErrInvalid, what)
 		}
 	}
 	return nil

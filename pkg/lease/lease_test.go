@@ -56,6 +56,18 @@ func (f *fixture) heldOnMasters(t *testing.T, name string) bool {
 
 type countingObserver struct {
 	renewOK, renewFailed, lost, expired, released, shutdown atomic.Int64
+	mu                                                      sync.Mutex
+	wakeups                                                 map[lease.WakeSource]int
+}
+
+func (o *countingObserver) Waited(lease.Outcome, time.Duration) {}
+func (o *countingObserver) Wakeup(src lease.WakeSource) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.wakeups == nil {
+		o.wakeups = map[lease.WakeSource]int{}
+	}
+	o.wakeups[src]++
 }
 
 func (o *countingObserver) Acquisition(lease.Outcome, time.Duration) {}

@@ -30,6 +30,10 @@ const (
 // are unbounded and must not become metric labels.
 type Observer interface {
 	Acquisition(outcome Outcome, elapsed time.Duration)
+	// Waited is called for acquisitions that asked to wait, with the time
+	// spent in the queue and at its head.
+	Waited(outcome Outcome, elapsed time.Duration)
+	Wakeup(source WakeSource)
 	Renewal(ok bool)
 	Ended(reason EndReason)
 }
@@ -37,5 +41,7 @@ type Observer interface {
 type nopObserver struct{}
 
 func (nopObserver) Acquisition(Outcome, time.Duration) {}
+func (nopObserver) Waited(Outcome, time.Duration)      {}
+func (nopObserver) Wakeup(WakeSource)                  {}
 func (nopObserver) Renewal(bool)                       {}
 func (nopObserver) Ended(EndReason)                    {}

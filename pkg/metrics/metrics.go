@@ -18,12 +18,15 @@ import (
 // Sources are read at scrape time.
 type Sources struct {
 	LocksHeld func() int
+	Waiters   func() int
 	Health    func() health.Report
 }
 
 // Metrics implements lease.Observer and the HTTP request observer.
 type Metrics struct {
 	acquire   *prometheus.HistogramVec
+	wait      *prometheus.HistogramVec
+	wakeups   *prometheus.CounterVec
 	renewals  *prometheus.CounterVec
 	ended     *prometheus.CounterVec
 	lost      prometheus.Counter
@@ -41,6 +44,12 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 		acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sidelock_acquire_duration_seconds", Help: "Time to answer an acquisition, by outcome (acquired, held, no_quorum, invalid, error).", Buckets: latencyBuckets,
 		}, []string{"outcome"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sidelock_wait_duration_seconds", Help: "Time callers that asked to wait spent waiting for a lock, by outcome.", Buckets: latencyBuckets,
+		}, []string{"outcome"}),
+		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sidelock_wakeups_total", Help: "Wake-ups of a waiting queue's head, by source (pubsub, local, expiry, poll, split).",
+		}, []string{"source"}),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sidelock_renewals_total", Help: "Renewals of held locks on the masters (background and heartbeats), by outcome (ok, failed).",
 		}, []string{"outcome"}),
@@ -57,10 +66,13 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 			Name: "sidelock_http_request_duration_seconds", Help: "HTTP request latency by route pattern and method.", Buckets: latencyBuckets,
 		}, []string{"route", "method"}),
 	}
-	reg.MustRegister(m.acquire, m.renewals, m.ended, m.lost, m.requests, m.durations,
+	reg.MustRegister(m.acquire, m.wait, m.wakeups, m.renewals, m.ended, m.lost, m.requests, m.durations,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sidelock_locks_held", Help: "Locks currently held through this sidecar.",
 		}, func() float64 { return float64(src.LocksHeld()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sidelock_waiters", Help: "Callers currently waiting for a lock on this sidecar.",
+		}, func() float64 { return float64(src.Waiters()) }),
 		&mastersCollector{report: src.Health},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -71,6 +83,16 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 // Acquisition implements lease.Observer.
 func (m *Metrics) Acquisition(o lease.Outcome, elapsed time.Duration) {
 	m.acquire.WithLabelValues(string(o)).Observe(elapsed.Seconds())
+}
+
+// Waited implements lease.Observer.
+func (m *Metrics) Waited(o lease.Outcome, elapsed time.Duration) {
+	m.wait.WithLabelValues(string(o)).Observe(elapsed.Seconds())
+}
+
+// Wakeup implements lease.Observer.
+func (m *Metrics) Wakeup(src lease.WakeSource) {
+	m.wakeups.WithLabelValues(string(src)).Inc()
 }
 
 // Renewal implements lease.Observer.

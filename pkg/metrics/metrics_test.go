@@ -16,9 +16,11 @@ import (
 func TestMetricsExported(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	report := health.Report{Ready: true, Quorum: 2, Up: 2, Nodes: []health.NodeState{{Addr: "r1:6379", Up: true}, {Addr: "r2:6379", Up: true}, {Addr: "r3:6379"}}}
-	m := metrics.New(reg, metrics.Sources{LocksHeld: func() int { return 7 }, Health: func() health.Report { return report }})
+	m := metrics.New(reg, metrics.Sources{LocksHeld: func() int { return 7 }, Waiters: func() int { return 2 }, Health: func() health.Report { return report }})
 	m.Acquisition(lease.OutcomeAcquired, time.Millisecond)
 	m.Acquisition(lease.OutcomeNoQuorum, time.Millisecond)
+	m.Waited(lease.OutcomeAcquired, time.Millisecond)
+	m.Wakeup(lease.WakePubSub)
 	m.Renewal(true)
 	m.Renewal(false)
 	m.Ended(lease.EndLost)
@@ -41,7 +43,7 @@ sidelock_locks_lost_total 1
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "sidelock_master_up", "sidelock_locks_held", "sidelock_locks_lost_total"); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"sidelock_quorum", "sidelock_acquire_duration_seconds", "sidelock_renewals_total", "sidelock_releases_total", "sidelock_http_requests_total", "sidelock_http_request_duration_seconds"} {
+	for _, name := range []string{"sidelock_quorum", "sidelock_acquire_duration_seconds", "sidelock_renewals_total", "sidelock_waiters", "sidelock_wait_duration_seconds", "sidelock_wakeups_total", "sidelock_releases_total", "sidelock_http_requests_total", "sidelock_http_request_duration_seconds"} {
 		if n, err := testutil.GatherAndCount(reg, name); err != nil || n == 0 {
 			t.Errorf("%s: %d series, %v", name, n, err)
 		}

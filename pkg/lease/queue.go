@@ -1,0 +1,171 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Waiting for a held lock.
+//
+// Callers waiting for one name on this sidecar form a FIFO queue. Only the
+// head goes to the masters; the others wait for their turn, so a sidecar
+// never contends with itself. The head retries when it is woken:
+//   - by a release announced through the masters' Pub/Sub (another pod let
+//     go), or by a lease of this sidecar ending (this pod let go);
+//   - when the holder's keys would lapse if it stopped renewing (the hint a
+//     failed acquire returns), which catches holders that died;
+//   - by a jittered fallback poll, since Pub/Sub is best-effort;
+//   - after a short random back-off when a round found no majority for
+//     anyone (a split vote), so racing sidecars do not livelock.
+// A waiter that leaves (its wait or its context ended) leaves the queue and,
+// if it was the head, hands the turn to the next.
+
+// WakeSource says what woke a waiting head, for metrics.
+type WakeSource string
+
+// Wake sources.
+const (
+	WakePubSub WakeSource = "pubsub" // a release announced by a master
+	WakeLocal  WakeSource = "local"  // a lease of this sidecar ended
+	WakeExpiry WakeSource = "expiry" // the holder's keys could have lapsed
+	WakePoll   WakeSource = "poll"   // the fallback poll
+	WakeSplit  WakeSource = "split"  // back-off after a split vote
+)
+
+// Waiting back-offs.
+const (
+	pollLo  = 250 * time.Millisecond
+	pollHi  = 750 * time.Millisecond
+	splitLo = 2 * time.Millisecond
+	splitHi = 30 * time.Millisecond
+	// expirySlack lets the holder's keys really be gone before retrying.
+	expirySlack = 5 * time.Millisecond
+)
+
+// queue is the FIFO of callers waiting for one name.
+type queue struct {
+	waiters   []*waiter
+	wake      chan WakeSource // 1-buffered: wake-ups coalesce
+	stopWatch func()
+}
+
+type waiter struct {
+	turn chan struct{} // closed when the waiter becomes the head
+}
+
+// signal wakes the head without blocking; pending wake-ups coalesce.
+func (q *queue) signal(src WakeSource) {
+	select {
+	case q.wake <- src:
+	default:
+	}
+}
+
+// acquireWaiting joins the name's queue and, once at its head, retries
+// until the lock is granted, the deadline passes or ctx ends.
+func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time.Time) (Info, error) {
+	q, w := m.enqueue(req.Name)
+	defer m.dequeue(req.Name, q, w)
+	expired := time.NewTimer(deadline.Sub(m.cfg.Now()))
+	defer expired.Stop()
+	select {
+	case <-w.turn:
+	case <-expired.C:
+		return Info{}, &HeldError{}
+	case <-ctx.Done():
+		return Info{}, ctx.Err()
+	}
+	for {
+		info, err := m.tryAcquire(ctx, req, true)
+		var held *HeldError
+		if !errors.As(err, &held) {
+			return info, err
+		}
+		pause, timerSource := m.nextTry(held)
+		t := time.NewTimer(pause)
+		select {
+		case src := <-q.wake:
+			m.obs.Wakeup(src)
+		case <-t.C:
+			m.obs.Wakeup(timerSource)
+		case <-expired.C:
+			t.Stop()
+			return Info{}, err
+		case <-ctx.Done():
+			t.Stop()
+			return Info{}, ctx.Err()
+		}
+		t.Stop()
+	}
+}
+
+// nextTry is how long the head sleeps without a wake-up, and what to call
+// that wake-up.
+func (m *Manager) nextTry(held *HeldError) (time.Duration, WakeSource) {
+	if held.RetryAfter == 0 {
+		return jitter(splitLo, splitHi), WakeSplit
+	}
+	poll := jitter(pollLo, pollHi)
+	if lapse := held.RetryAfter + expirySlack; lapse < poll {
+		return lapse, WakeExpiry
+	}
+	return poll, WakePoll
+}
+
+// enqueue appends a waiter to name's queue, creating the queue (and its
+// release watch) for the first one, who is the head at once.
+func (m *Manager) enqueue(name string) (*queue, *waiter) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q, ok := m.queues[name]
+	if !ok {
+		q = &queue{wake: make(chan WakeSource, 1)}
+		q.stopWatch = m.locker.WatchReleases(m.cfg.KeyPrefix+name, func() { q.signal(WakePubSub) })
+		m.queues[name] = q
+	}
+	w := &waiter{turn: make(chan struct{})}
+	q.waiters = append(q.waiters, w)
+	if len(q.waiters) == 1 {
+		close(w.turn)
+	}
+	m.waiting++
+	return q, w
+}
+
+// dequeue removes a waiter; a departing head hands the turn to the next,
+// and the last one out drops the queue and its watch.
+func (m *Manager) dequeue(name string, q *queue, w *waiter) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.waiting--
+	for i, x := range q.waiters {
+		if x != w {
+			continue
+		}
+		q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+		if i == 0 && len(q.waiters) > 0 {
+			close(q.waiters[0].turn)
+		}
+		break
+	}
+	if len(q.waiters) == 0 {
+		delete(m.queues, name)
+		q.stopWatch()
+	}
+}
+
+// wakeQueue tells name's waiting head that a lease of this sidecar ended.
+// Called with m.mu held.
+func (m *Manager) wakeQueueLocked(name string) {
+	if q, ok := m.queues[name]; ok {
+		q.signal(WakeLocal)
+	}
+}
+
+// Waiters is the number of callers waiting for a lock on this sidecar.
+func (m *Manager) Waiters() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.waiting
+}
