@@ -34,13 +34,25 @@ func redisMasters(b *testing.B, n int) []redlock.Node {
 	return nodes
 }
 
+// redisMastersSharing opens new clients to the same masters: another pod's
+// connections.
+func redisMastersSharing(b *testing.B, nodes []redlock.Node) []redlock.Node {
+	b.Helper()
+	out := make([]redlock.Node, len(nodes))
+	for i, n := range nodes {
+		out[i] = redisnode.New(redisnode.Options{Addr: n.Addr()})
+		b.Cleanup(func() { out[i].Close() })
+	}
+	return out
+}
+
 func newSidecar(b *testing.B, nodes []redlock.Node) *httptest.Server {
 	b.Helper()
 	locker, err := redlock.New(nodes, redlock.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "bench:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour})
+	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "bench:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -52,14 +64,20 @@ func newSidecar(b *testing.B, nodes []redlock.Node) *httptest.Server {
 // latencies records one duration per iteration and reports percentiles.
 type latencies []time.Duration
 
-func (l latencies) report(b *testing.B) {
+func (l latencies) report(b *testing.B) { l.reportAs(b, "") }
+
+// reportAs reports p50 and p99 in microseconds, named after what.
+func (l latencies) reportAs(b *testing.B, what string) {
 	if len(l) == 0 {
 		return
 	}
+	if what != "" {
+		what += "-"
+	}
 	slices.Sort(l)
 	at := func(q float64) float64 { return float64(l[int(q*float64(len(l)-1))].Microseconds()) }
-	b.ReportMetric(at(0.50), "p50-µs")
-	b.ReportMetric(at(0.99), "p99-µs")
+	b.ReportMetric(at(0.50), what+"p50-µs")
+	b.ReportMetric(at(0.99), what+"p99-µs")
 }
 
 // BenchmarkHTTPAcquireRelease is one caller's uncontended POST then DELETE
@@ -111,19 +129,31 @@ func BenchmarkEngineAcquireRelease(b *testing.B) {
 }
 
 func acquireHTTP(b *testing.B, c *http.Client, base, name string) string {
-	res, err := c.Post(base+"/locks/"+name+"?ttl=10s", "", nil)
+	tok, ok := tryAcquireHTTP(b, c, base+"/locks/"+name+"?ttl=10s")
+	if !ok {
+		b.Fatalf("acquire %s: held", name)
+	}
+	return tok
+}
+
+// tryAcquireHTTP posts to url; false means 409 (held).
+func tryAcquireHTTP(b *testing.B, c *http.Client, url string) (string, bool) {
+	res, err := c.Post(url, "", nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode == http.StatusConflict {
+		return "", false
+	}
 	if res.StatusCode != 200 {
 		b.Fatalf("acquire: %d %s", res.StatusCode, body)
 	}
 	// A byte scan keeps JSON decoding out of the client side of the loop.
 	const key = `"token":"`
 	i := bytes.Index(body, []byte(key)) + len(key)
-	return string(body[i : i+32])
+	return string(body[i : i+32]), true
 }
 
 func releaseHTTP(b *testing.B, c *http.Client, base, name, tok string) {
