@@ -170,13 +170,14 @@ func wellFormedToken(tok string) bool {
 		return false
 	}
 	for i := 0; i < len(tok); i++ {
-		c := tok[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+		if !isLowerHex(tok[i]) {
 			return false
 		}
 	}
 	return true
 }
+
+func isLowerHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
 
 // acquireRequest builds the lease request of a POST.
 func acquireRequest(r *http.Request) (lease.Request, error) {

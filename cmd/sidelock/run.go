@@ -192,7 +192,7 @@ func newLogger(cfg config, getenv func(string) string, w io.Writer) *slog.Logger
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 	}
-	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly, NoColor: !colourful(w, getenv)}))
+	return slog.New(tint.NewTextHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly, NoColor: !colourful(w, getenv)}))
 }
 
 // colourful is true for a terminal, unless NO_COLOR is set.

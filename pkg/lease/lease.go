@@ -470,14 +470,3 @@ func ownerOf(value string) string {
 func jitter(lo, hi time.Duration) time.Duration {
 	return lo + mrand.N(hi-lo+1)
 }
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}

@@ -268,7 +268,7 @@ func waitReady(addr string, exited <-chan struct{}) error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
-			return fmt.Errorf("redis-server exited before answering PING on %s (last probe: %v)", addr, lastErr)
+			return fmt.Errorf("redis-server exited before answering PING on %s (last probe: %w)", addr, lastErr)
 		default:
 		}
 		if lastErr = ping(addr); lastErr == nil {
@@ -276,7 +276,7 @@ func waitReady(addr string, exited <-chan struct{}) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return fmt.Errorf("redis-server on %s did not answer PING within %s: %v", addr, readyTimeout, lastErr)
+	return fmt.Errorf("redis-server on %s did not answer PING within %s: %w", addr, readyTimeout, lastErr)
 }
 
 func ping(addr string) error {

@@ -156,7 +156,7 @@ func (l *Locker) Acquire(ctx context.Context, key, value string, ttl time.Durati
 	if err == nil {
 		return grant, nil
 	}
-	l.releaseAll(ctx, key, value)
+	_ = l.releaseAll(ctx, key, value) // what it misses lapses after ttl
 	if t.ok+t.held >= l.quorum && t.held > 0 {
 		return Grant{}, &HeldError{RetryAfter: l.retryAfter(replies, t.held)}
 	}

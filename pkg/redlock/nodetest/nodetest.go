@@ -159,8 +159,9 @@ func (s *suite) get(t *testing.T, key string) (string, time.Duration) {
 	return value, ttl
 }
 
-// wantHeld checks key holds value with a remaining ttl in (minTTL, maxTTL].
-func (s *suite) wantHeld(t *testing.T, key, value string, minTTL, maxTTL time.Duration) {
+// wantHeld checks key holds value with a remaining ttl in (minTTL, longTTL].
+func (s *suite) wantHeld(t *testing.T, key, value string, minTTL time.Duration) {
+	const maxTTL = longTTL
 	t.Helper()
 	got, ttl := s.get(t, key)
 	if got != value {
@@ -213,7 +214,7 @@ func testGetAbsent(t *testing.T, s *suite) {
 
 func testAcquireFreeKey(t *testing.T, s *suite) {
 	s.mustAcquire(t, s.key, "A", longTTL)
-	s.wantHeld(t, s.key, "A", 0, longTTL)
+	s.wantHeld(t, s.key, "A", 0)
 }
 
 func testAcquireHeldByOther(t *testing.T, s *suite) {
@@ -227,7 +228,7 @@ func testAcquireHeldByOther(t *testing.T, s *suite) {
 		t.Errorf("holderTTL = %v, want A's remaining ttl in (0, %v]", holderTTL, longTTL)
 	}
 	// B's attempt must neither take the key nor touch A's ttl.
-	s.wantHeld(t, s.key, "A", 0, longTTL)
+	s.wantHeld(t, s.key, "A", 0)
 }
 
 func testReacquireOwn(t *testing.T, s *suite) {
@@ -236,7 +237,7 @@ func testReacquireOwn(t *testing.T, s *suite) {
 	// A retry after a lost reply must succeed and restart the ttl the
 	// caller now counts its validity from.
 	s.mustAcquire(t, s.key, "A", longTTL)
-	s.wantHeld(t, s.key, "A", firstTTL, longTTL)
+	s.wantHeld(t, s.key, "A", firstTTL)
 }
 
 func testExtendOwn(t *testing.T, s *suite) {
@@ -245,14 +246,14 @@ func testExtendOwn(t *testing.T, s *suite) {
 	if !s.extend(t, s.key, "A", longTTL) {
 		t.Fatal("Extend by the holder = false, want true")
 	}
-	s.wantHeld(t, s.key, "A", firstTTL, longTTL)
+	s.wantHeld(t, s.key, "A", firstTTL)
 }
 
 func testExtendAbsentReclaims(t *testing.T, s *suite) {
 	if !s.extend(t, s.key, "A", longTTL) {
 		t.Fatal("Extend of an absent key = false, want true (reclaim)")
 	}
-	s.wantHeld(t, s.key, "A", 0, longTTL)
+	s.wantHeld(t, s.key, "A", 0)
 }
 
 func testExtendOthersFails(t *testing.T, s *suite) {
@@ -260,7 +261,7 @@ func testExtendOthersFails(t *testing.T, s *suite) {
 	if s.extend(t, s.key, "B", 2*longTTL) {
 		t.Fatal("Extend by B succeeded while A holds the key")
 	}
-	s.wantHeld(t, s.key, "A", 0, longTTL)
+	s.wantHeld(t, s.key, "A", 0)
 }
 
 func testReleaseOwn(t *testing.T, s *suite) {
@@ -277,7 +278,7 @@ func testReleaseOthersFails(t *testing.T, s *suite) {
 	if s.release(t, s.key, "B") {
 		t.Fatal("Release by B succeeded while A holds the key")
 	}
-	s.wantHeld(t, s.key, "A", 0, longTTL)
+	s.wantHeld(t, s.key, "A", 0)
 }
 
 func testReleaseAbsent(t *testing.T, s *suite) {
@@ -342,7 +343,7 @@ func testOddBytes(t *testing.T, s *suite) {
 	for i, raw := range odd {
 		key, value := fmt.Sprintf("%s/%d/%s", s.key, i, raw), "value "+raw
 		s.mustAcquire(t, key, value, longTTL)
-		s.wantHeld(t, key, value, 0, longTTL)
+		s.wantHeld(t, key, value, 0)
 		if s.release(t, key, value[:len(value)-1]) {
 			t.Errorf("Release with a truncated value of %q = true, want false", value)
 		}
@@ -360,7 +361,7 @@ func testKeysAreIndependent(t *testing.T, s *suite) {
 	if !s.release(t, other, "B") {
 		t.Fatal("Release of the other key = false, want true")
 	}
-	s.wantHeld(t, s.key, "A", 0, longTTL)
+	s.wantHeld(t, s.key, "A", 0)
 }
 
 func testConcurrentAcquire(t *testing.T, s *suite) {
@@ -389,7 +390,7 @@ func testConcurrentAcquire(t *testing.T, s *suite) {
 	if len(winners) != 1 {
 		t.Fatalf("%d contenders acquired the key (%q), want exactly 1", len(winners), winners)
 	}
-	s.wantHeld(t, s.key, winners[0], 0, longTTL)
+	s.wantHeld(t, s.key, winners[0], 0)
 }
 
 func testCancelledContext(t *testing.T, s *suite) {
