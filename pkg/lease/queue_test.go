@@ -3,13 +3,18 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sidelock/sidelock/pkg/lease"
 	"github.com/sidelock/sidelock/pkg/redlock"
+	"github.com/sidelock/sidelock/pkg/redlock/memnode"
 )
+
+func memnodeNamed(i int) *memnode.Node { return memnode.New(fmt.Sprintf("m%d", i)) }
 
 // secondSidecar is another Manager over the same masters: another pod.
 func (f *fixture) secondSidecar(t *testing.T) (*lease.Manager, *countingObserver) {
@@ -163,5 +168,53 @@ func TestIdempotentAcquireReturnsTheSameLease(t *testing.T) {
 	f.m.Release(context.Background(), "job", first.Token)
 	if third, err := f.m.Acquire(context.Background(), lease.Request{Name: "job", IdempotencyKey: "run-7"}); err != nil || third.Token == first.Token {
 		t.Fatalf("after release the key must yield a new lease: %v", err)
+	}
+}
+
+// Several sidecars racing for one lock over five masters can split the
+// vote (nobody reaches three); they back off at random and someone wins.
+// Every grant is exclusive and the run finishes: no livelock.
+func TestRacingSidecarsNeitherLivelockNorOverlap(t *testing.T) {
+	var nodes []redlock.Node
+	for i := range 5 {
+		nodes = append(nodes, memnodeNamed(i))
+	}
+	const sidecars, perSidecar, rounds = 4, 2, 15
+	var inside, overlaps, grants atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range sidecars {
+		locker, _ := redlock.New(nodes, redlock.Config{})
+		m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "t:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close(context.Background()) })
+		for range perSidecar {
+			wg.Go(func() {
+				for range rounds {
+					in, err := m.Acquire(context.Background(), lease.Request{Name: "race", Wait: 30 * time.Second})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if inside.Add(1) > 1 {
+						overlaps.Add(1)
+					}
+					grants.Add(1)
+					time.Sleep(time.Millisecond)
+					inside.Add(-1)
+					m.Release(context.Background(), "race", in.Token)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	t.Logf("%d grants across %d sidecars in %v", grants.Load(), sidecars, time.Since(start))
+	if overlaps.Load() != 0 {
+		t.Fatalf("%d overlapping grants", overlaps.Load())
+	}
+	if grants.Load() != sidecars*perSidecar*rounds {
+		t.Fatalf("%d grants, want %d", grants.Load(), sidecars*perSidecar*rounds)
 	}
 }
