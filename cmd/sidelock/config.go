@@ -33,6 +33,8 @@ type config struct {
 	MaxTTL          time.Duration `envconfig:"MAX_TTL" default:"1h" desc:"longest caller lease"`
 	KeyTTL          time.Duration `envconfig:"KEY_TTL" default:"10s" desc:"ttl of the keys on the masters, renewed every third of it"`
 	MaxWait         time.Duration `envconfig:"MAX_WAIT" default:"5m" desc:"longest wait for a held lock"`
+	Fencing         bool          `envconfig:"FENCING" default:"true" desc:"give every grant a fencing token (one more round to the masters on acquire)"`
+	FenceRetention  time.Duration `envconfig:"FENCE_RETENTION" default:"1h" desc:"how long a lock's fence counter outlives its last grant on a master"`
 	HealthInterval  time.Duration `envconfig:"HEALTH_INTERVAL" default:"1s" desc:"how often the masters are pinged for /readyz"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"5s" desc:"bound on releasing held locks at shutdown"`
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"text" desc:"text (coloured, for humans) or json"`
@@ -113,6 +115,9 @@ func (c config) validateTiming() []error {
 	}
 	if c.DriftFactor < 0 || c.DriftFactor >= 0.5 {
 		bad("SIDELOCK_DRIFT_FACTOR %v must be within [0, 0.5)", c.DriftFactor)
+	}
+	if c.FenceRetention < c.MaxTTL && c.Fencing {
+		bad("SIDELOCK_FENCE_RETENTION %v must be at least SIDELOCK_MAX_TTL %v", c.FenceRetention, c.MaxTTL)
 	}
 	if c.MaxWait < 0 {
 		bad("SIDELOCK_MAX_WAIT %v must not be negative", c.MaxWait)

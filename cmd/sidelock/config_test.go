@@ -16,7 +16,7 @@ func validConfig() config {
 		ListenAddr: "127.0.0.1:7420", AdminAddr: ":7421", KeyPrefix: "sidelock:",
 		NodeTimeout: 50 * time.Millisecond, DriftFactor: 0.01, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour,
 		KeyTTL: 10 * time.Second, MaxWait: 5 * time.Minute, HealthInterval: time.Second, ShutdownTimeout: 5 * time.Second,
-		LogFormat: "text", LogLevel: "info",
+		LogFormat: "text", LogLevel: "info", Fencing: true, FenceRetention: time.Hour,
 	}
 }
 
@@ -43,6 +43,7 @@ func TestConfigValidation(t *testing.T) {
 		"key ttl below one second":  func(c *config) { c.KeyTTL = 500 * time.Millisecond },
 		"non-positive shutdown":     func(c *config) { c.ShutdownTimeout = 0 },
 		"health interval too short": func(c *config) { c.HealthInterval = time.Millisecond },
+		"fence retention below ttl": func(c *config) { c.FenceRetention = time.Minute },
 	}
 	for name, mutate := range cases {
 		c := validConfig()

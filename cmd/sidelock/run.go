@@ -77,7 +77,9 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 		return err
 	}
 	defer closeNodes(nodes)
-	locker, err := redlock.New(nodes, redlock.Config{NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor})
+	locker, err := redlock.New(nodes, redlock.Config{
+		NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor, Fencing: cfg.Fencing, FenceRetention: cfg.FenceRetention,
+	})
 	if err != nil {
 		return err
 	}

@@ -55,3 +55,34 @@ type ReleaseWatcher interface {
 	// cancel runs may still happen after cancel returns; no later ones do.
 	WatchReleases(key string, notify func()) (cancel func())
 }
+
+// ServerInfo describes the server behind a node, for the safety guards
+// (restart probation, persistence warnings, independence checks).
+type ServerInfo struct {
+	// RunID is unique per server process start: two nodes reporting the
+	// same RunID are one server under two addresses.
+	RunID string
+	// Uptime is how long the server process has run.
+	Uptime time.Duration
+	// Role is "master" for an independent master, "slave" (Redis's word)
+	// for a replica, whose keys would follow another master's.
+	Role string
+	// PersistenceKnown is false when the server's configuration cannot be
+	// read (CONFIG disabled or denied by ACL); the fields below are then zero.
+	PersistenceKnown bool
+	// AppendOnly and AppendFsync are the server's append-only-file settings.
+	// Only AppendOnly with AppendFsync "always" keeps every acknowledged write
+	// across a crash.
+	AppendOnly  bool
+	AppendFsync string
+}
+
+// Durable reports whether every acknowledged write survives a crash.
+func (s ServerInfo) Durable() bool {
+	return s.PersistenceKnown && s.AppendOnly && s.AppendFsync == "always"
+}
+
+// ServerInfoReader is implemented by nodes that can describe their server.
+type ServerInfoReader interface {
+	ServerInfo(ctx context.Context) (ServerInfo, error)
+}

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -73,6 +74,14 @@ type Config struct {
 	// Now reads the clock (default time.Now). It must carry a monotonic
 	// reading: validity is computed from differences of its values.
 	Now func() time.Time
+	// Fencing makes every grant carry a fence: a number greater than the
+	// fence of every grant of the key that finished before it began. It
+	// costs a second round to the masters on acquire (see fence.go).
+	Fencing bool
+	// FenceRetention is how long a key's fence counter outlives its last
+	// grant on a master (default 1h); see fence.go for why it is safe to
+	// let it go.
+	FenceRetention time.Duration
 }
 
 // Grant tells how long a successful Acquire or Extend may be relied on.
@@ -93,6 +102,7 @@ type Holder struct {
 // concurrent use.
 type Locker struct {
 	nodes       []Node
+	eligible    []atomic.Bool // a node's successes count towards a quorum
 	quorum      int
 	nodeTimeout time.Duration
 	driftFactor float64
@@ -122,14 +132,29 @@ func New(nodes []Node, cfg Config) (*Locker, error) {
 	if cfg.NodeTimeout < 0 || cfg.DriftFactor < 0 || cfg.DriftFactor >= 0.5 {
 		return nil, fmt.Errorf("redlock: node timeout %v and drift factor %v must be positive, drift below 0.5", cfg.NodeTimeout, cfg.DriftFactor)
 	}
-	return &Locker{
+	l := &Locker{
 		nodes:       nodes,
+		eligible:    make([]atomic.Bool, len(nodes)),
 		quorum:      len(nodes)/2 + 1,
 		nodeTimeout: cfg.NodeTimeout,
 		driftFactor: cfg.DriftFactor,
 		now:         cfg.Now,
-	}, nil
+	}
+	for i := range l.eligible {
+		l.eligible[i].Store(true)
+	}
+	return l, nil
 }
+
+// SetEligible decides whether node i (in configuration order) counts
+// towards a quorum. An ineligible node is still written to and released
+// on, but its answers are treated as failures: the safety guards use this
+// to keep a master that restarted empty out of every majority until the
+// keys it forgot would have lapsed anyway.
+func (l *Locker) SetEligible(i int, eligible bool) { l.eligible[i].Store(eligible) }
+
+// Eligible reports whether node i counts towards a quorum.
+func (l *Locker) Eligible(i int) bool { return l.eligible[i].Load() }
 
 // Quorum is the number of masters that make a majority.
 func (l *Locker) Quorum() int { return l.quorum }
@@ -307,13 +332,24 @@ func fanOut(ctx context.Context, l *Locker, call func(context.Context, Node) rep
 	replies := make([]reply, len(l.nodes))
 	if len(l.nodes) == 1 {
 		replies[0] = callOne(ctx, l.nodeTimeout, l.nodes[0], call)
-		return replies
+		return l.discountIneligible(replies)
 	}
 	var wg sync.WaitGroup
 	for i, n := range l.nodes {
 		wg.Go(func() { replies[i] = callOne(ctx, l.nodeTimeout, n, call) })
 	}
 	wg.Wait()
+	return l.discountIneligible(replies)
+}
+
+// discountIneligible turns the answers of ineligible nodes into failures,
+// after the call was made (so keys are still set and released there).
+func (l *Locker) discountIneligible(replies []reply) []reply {
+	for i := range replies {
+		if !l.eligible[i].Load() && replies[i].err == nil {
+			replies[i] = reply{err: errIneligible}
+		}
+	}
 	return replies
 }
 
@@ -322,3 +358,6 @@ func callOne(ctx context.Context, timeout time.Duration, n Node, call func(conte
 	defer cancel()
 	return call(ctx, n)
 }
+
+// errIneligible marks the answer of a node kept out of the quorum.
+var errIneligible = errors.New("master is not eligible for the quorum (safety guard)")

@@ -294,3 +294,19 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Error("drift factor 0.7 accepted")
 	}
 }
+
+// An ineligible master (kept out by a safety guard) does not count towards
+// a quorum, for every subset of ineligible masters with N=3.
+func TestIneligibleMastersDoNotCount(t *testing.T) {
+	for _, out := range subsets(3) {
+		_, nodes := masters(3)
+		l := newLocker(t, nodes)
+		for _, i := range members(out, 3) {
+			l.SetEligible(i, false)
+		}
+		_, err := l.Acquire(context.Background(), "k", "v", ttl)
+		if want := 3-len(members(out, 3)) >= 2; want != (err == nil) {
+			t.Errorf("ineligible %v: err=%v, want success=%v", members(out, 3), err, want)
+		}
+	}
+}
