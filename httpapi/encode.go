@@ -106,6 +106,7 @@ type leaseBody struct {
 	AcquiredAt     time.Time `json:"acquired_at"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	ValidUntil     time.Time `json:"valid_until"`
+	Fence          int64     `json:"fence,omitempty"`
 }
 
 func leaseJSON(in lease.Info) leaseBody {
@@ -117,6 +118,7 @@ func leaseJSON(in lease.Info) leaseBody {
 		AcquiredAt:     in.AcquiredAt.UTC(),
 		LeaseExpiresAt: in.LeaseExpiresAt.UTC(),
 		ValidUntil:     in.ValidUntil.UTC(),
+		Fence:          in.Fence,
 	}
 }
 
@@ -126,10 +128,11 @@ type statusBody struct {
 	Held       bool       `json:"held"`
 	Owner      string     `json:"owner,omitempty"`
 	ValidUntil *time.Time `json:"valid_until,omitempty"`
+	Fence      int64      `json:"fence,omitempty"`
 }
 
 func statusJSON(st lease.Status) statusBody {
-	b := statusBody{Name: st.Name, Held: st.Held, Owner: st.Owner}
+	b := statusBody{Name: st.Name, Held: st.Held, Owner: st.Owner, Fence: st.Fence}
 	if st.Held {
 		t := st.ValidUntil.UTC()
 		b.ValidUntil = &t

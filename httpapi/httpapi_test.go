@@ -21,7 +21,7 @@ import (
 func newAPI(t testing.TB) *httptest.Server {
 	t.Helper()
 	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
-	locker, err := redlock.New(nodes, redlock.Config{})
+	locker, err := redlock.New(nodes, redlock.Config{Fencing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestCurlWalkthrough(t *testing.T) {
 	if got.status != 200 {
 		t.Fatalf("acquire: %d %v", got.status, got.body)
 	}
-	for _, k := range []string{"name", "token", "owner", "ttl", "lease_expires_at", "valid_until"} {
+	for _, k := range []string{"name", "token", "owner", "ttl", "lease_expires_at", "valid_until", "fence"} {
 		if _, ok := got.body[k]; !ok {
 			t.Errorf("acquire body lacks %q: %v", k, got.body)
 		}
@@ -85,7 +85,7 @@ func TestCurlWalkthrough(t *testing.T) {
 	if ext := call(t, srv, "PUT", "/locks/orders/42", `{"ttl":"2m"}`, "Lock-Token", tok); ext.status != 200 || ext.body["ttl"] != "2m0s" {
 		t.Fatalf("extend: %d %v", ext.status, ext.body)
 	}
-	if insp := call(t, srv, "GET", "/locks/orders/42", ""); insp.status != 200 || insp.body["held"] != true || insp.body["owner"] != "worker-1" || insp.body["token"] != nil {
+	if insp := call(t, srv, "GET", "/locks/orders/42", ""); insp.status != 200 || insp.body["held"] != true || insp.body["owner"] != "worker-1" || insp.body["token"] != nil || insp.body["fence"] != got.body["fence"] {
 		t.Fatalf("inspect: %d %v", insp.status, insp.body)
 	}
 	if list := call(t, srv, "GET", "/locks", ""); list.status != 200 || len(list.body["locks"].([]any)) != 1 || strings.Contains(fmt.Sprint(list.body), tok) {

@@ -21,6 +21,7 @@ type lease struct {
 	// idempotencyKey lets a retried acquire find this lease again.
 	idempotencyKey string
 	acquiredAt     time.Time
+	fence          int64 // set before the goroutine starts, never changed
 	ops            chan op
 	done           chan struct{} // closed when the goroutine has ended the lease
 
@@ -242,6 +243,7 @@ func (l *lease) infoLocked(withToken bool) Info {
 		AcquiredAt:     l.acquiredAt,
 		LeaseExpiresAt: l.expiresAt,
 		ValidUntil:     l.validUntil,
+		Fence:          l.fence,
 	}
 	if withToken {
 		in.Token = l.token

@@ -105,6 +105,7 @@ type Info struct {
 	AcquiredAt     time.Time
 	LeaseExpiresAt time.Time // when the caller's lease lapses without Extend
 	ValidUntil     time.Time // until when a quorum holds the key
+	Fence          int64     // the grant's fencing token (0 when fencing is off)
 }
 
 // Status is what the masters say about a lock name.
@@ -113,6 +114,7 @@ type Status struct {
 	Held       bool
 	Owner      string
 	ValidUntil time.Time
+	Fence      int64
 }
 
 // Manager holds the leases of this sidecar.
@@ -221,6 +223,7 @@ func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (
 		return Info{}, err
 	}
 	l.validUntil = grant.ValidUntil
+	l.fence = grant.Fence
 	if err := m.start(l); err != nil {
 		_ = m.locker.Release(ctx, l.key, l.value)
 		return Info{}, err
@@ -318,6 +321,7 @@ func (m *Manager) Inspect(ctx context.Context, name string) (Status, error) {
 	if h.Held {
 		st.Owner = ownerOf(h.Value)
 		st.ValidUntil = h.ValidUntil
+		st.Fence = h.Fence
 	}
 	return st, nil
 }

@@ -86,3 +86,22 @@ func (s ServerInfo) Durable() bool {
 type ServerInfoReader interface {
 	ServerInfo(ctx context.Context) (ServerInfo, error)
 }
+
+// Fencer is implemented by nodes that keep fence counters; both shipped
+// nodes do, and a Locker with fencing on requires it of every node. A
+// node keeps one counter per lock, at a fence key of its own.
+type Fencer interface {
+	// AcquireFenced is Acquire that, when value holds key afterwards, also
+	// returns the fence floor: the larger of the counter at fenceKey and
+	// the node's clock in microseconds. Reading the floor in the same
+	// atomic step as the acquisition is what makes fences monotonic.
+	AcquireFenced(ctx context.Context, key, fenceKey, value string, ttl time.Duration) (acquired bool, holderTTL time.Duration, floor int64, err error)
+
+	// CommitFence raises the counter at fenceKey to fence (keeping the
+	// larger) and sets its ttl to retention, only while key holds value.
+	CommitFence(ctx context.Context, key, fenceKey, value string, fence int64, retention time.Duration) (bool, error)
+
+	// GetFenced is Get that also returns the counter at fenceKey (0 when
+	// absent).
+	GetFenced(ctx context.Context, key, fenceKey string) (value string, ttl time.Duration, fence int64, err error)
+}

@@ -89,6 +89,8 @@ type Grant struct {
 	// ValidUntil is the instant until which a majority holds the key for
 	// this value, with elapsed time and clock drift already taken off.
 	ValidUntil time.Time
+	// Fence is the grant's fencing token when fencing is on (0 otherwise).
+	Fence int64
 }
 
 // Holder is what Inspect read from the masters.
@@ -96,6 +98,7 @@ type Holder struct {
 	Held       bool      // a majority holds the key for one value
 	Value      string    // that value ("" when not held)
 	ValidUntil time.Time // until when that majority holds it
+	Fence      int64     // the holder's fence, when fencing is on
 }
 
 // Locker runs Redlock over a fixed set of masters. It is safe for
@@ -107,6 +110,9 @@ type Locker struct {
 	nodeTimeout time.Duration
 	driftFactor float64
 	now         func() time.Time
+	fencing     bool
+	// fenceRetention is how long fence counters outlive their last grant.
+	fenceRetention time.Duration
 }
 
 const (
@@ -129,16 +135,26 @@ func New(nodes []Node, cfg Config) (*Locker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.FenceRetention == 0 {
+		cfg.FenceRetention = defaultFenceRetention
+	}
+	if cfg.Fencing {
+		if err := checkFencers(nodes); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.NodeTimeout < 0 || cfg.DriftFactor < 0 || cfg.DriftFactor >= 0.5 {
 		return nil, fmt.Errorf("redlock: node timeout %v and drift factor %v must be positive, drift below 0.5", cfg.NodeTimeout, cfg.DriftFactor)
 	}
 	l := &Locker{
-		nodes:       nodes,
-		eligible:    make([]atomic.Bool, len(nodes)),
-		quorum:      len(nodes)/2 + 1,
-		nodeTimeout: cfg.NodeTimeout,
-		driftFactor: cfg.DriftFactor,
-		now:         cfg.Now,
+		nodes:          nodes,
+		eligible:       make([]atomic.Bool, len(nodes)),
+		quorum:         len(nodes)/2 + 1,
+		nodeTimeout:    cfg.NodeTimeout,
+		driftFactor:    cfg.DriftFactor,
+		now:            cfg.Now,
+		fencing:        cfg.Fencing,
+		fenceRetention: cfg.FenceRetention,
 	}
 	for i := range l.eligible {
 		l.eligible[i].Store(true)
@@ -171,6 +187,9 @@ func (l *Locker) Drift(ttl time.Duration) time.Duration {
 // it has released the key everywhere and returns a *HeldError (matching
 // ErrLockHeld) or an error matching ErrNoQuorum.
 func (l *Locker) Acquire(ctx context.Context, key, value string, ttl time.Duration) (Grant, error) {
+	if l.fencing {
+		return l.acquireFenced(ctx, key, value, ttl)
+	}
 	start := l.now()
 	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
 		ok, holderTTL, err := n.Acquire(ctx, key, value, ttl)
@@ -181,11 +200,17 @@ func (l *Locker) Acquire(ctx context.Context, key, value string, ttl time.Durati
 	if err == nil {
 		return grant, nil
 	}
+	return Grant{}, l.failAcquire(ctx, key, value, replies, t, err)
+}
+
+// failAcquire releases a failed acquisition everywhere and says why it
+// failed: held elsewhere (with a retry hint) or no quorum.
+func (l *Locker) failAcquire(ctx context.Context, key, value string, replies []reply, t counts, err error) error {
 	_ = l.releaseAll(ctx, key, value) // what it misses lapses after ttl
 	if t.ok+t.held >= l.quorum && t.held > 0 {
-		return Grant{}, &HeldError{RetryAfter: l.retryAfter(replies, t.held)}
+		return &HeldError{RetryAfter: l.retryAfter(replies, t.held)}
 	}
-	return Grant{}, err
+	return err
 }
 
 // Extend resets the ttl of key on a majority while it holds value, and
@@ -221,6 +246,10 @@ func (l *Locker) Inspect(ctx context.Context, key string) (Holder, error) {
 	start := l.now()
 	values := make([]string, len(l.nodes))
 	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
+		if f, ok := n.(Fencer); ok && l.fencing {
+			v, ttl, fence, err := f.GetFenced(ctx, key, FenceKey(key))
+			return reply{ok: err == nil, ttl: ttl, err: err, value: v, fence: fence}
+		}
 		v, ttl, err := n.Get(ctx, key)
 		return reply{ok: err == nil, ttl: ttl, err: err, value: v}
 	})
@@ -243,9 +272,11 @@ func (l *Locker) majorityHolder(replies []reply, start time.Time) Holder {
 			continue
 		}
 		var ttls []time.Duration
+		var fence int64
 		for _, r := range replies {
 			if r.err == nil && r.value == candidate.value {
 				ttls = append(ttls, r.ttl)
+				fence = max(fence, r.fence)
 			}
 		}
 		if len(ttls) < l.quorum {
@@ -255,7 +286,7 @@ func (l *Locker) majorityHolder(replies []reply, start time.Time) Holder {
 		slices.Sort(ttls)
 		slices.Reverse(ttls)
 		ttl := ttls[l.quorum-1]
-		return Holder{Held: true, Value: candidate.value, ValidUntil: start.Add(ttl - l.Drift(ttl))}
+		return Holder{Held: true, Value: candidate.value, ValidUntil: start.Add(ttl - l.Drift(ttl)), Fence: fence}
 	}
 	return Holder{}
 }
@@ -306,6 +337,7 @@ type reply struct {
 	held  bool          // another value holds the key there
 	ttl   time.Duration // the holder's remaining ttl, or the key's for Get
 	value string        // Get only
+	fence int64         // the fence floor (acquire) or counter (get)
 	err   error         // the master did not answer usefully
 }
 

@@ -83,6 +83,12 @@ func Run(t *testing.T, newNode func(t *testing.T) redlock.Node) {
 		{"WatchIgnoresOtherKeys", testWatchIgnoresOtherKeys},
 		{"WatchIgnoresExpiryAndFailedRelease", testWatchIgnoresNonReleases},
 		{"WatchersShareKeyAndCancelAlone", testWatchersAndCancel},
+		// Skipped for nodes that do not implement redlock.Fencer.
+		{"FenceFloorFollowsTheClock", testFenceFloorFollowsClock},
+		{"FenceCommitKeepsTheLarger", testFenceCommitKeepsLarger},
+		{"FenceCommitNeedsTheKey", testFenceCommitNeedsKey},
+		{"FenceCounterExpires", testFenceCounterExpires},
+		{"FenceNotReadForAHeldKey", testFenceHeldByOther},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,99 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Fencing tokens.
+//
+// Every grant of a key gets a fence F: a number strictly greater than the
+// fence of every grant of that key that finished before this one began.
+// A protected resource that rejects writes carrying a fence lower than one
+// it has seen is then safe from a holder that was paused past its lease.
+//
+// How (two rounds instead of one):
+//
+//  1. Acquire: each master atomically sets the key (if free) and, in the
+//     same step, reads its floor: max(counter, clock in µs). F is the
+//     largest floor among the answers, plus one.
+//  2. Commit: each master raises its counter to F (keeping the larger), but
+//     only while it still holds the key for this grant. The grant is final
+//     only when a majority committed.
+//
+// Why F is greater than any earlier final fence F0: F0 was committed on a
+// majority M0, each master of M0 while it held the key for that grant, so
+// before this grant could take the key there. This grant's acquire majority
+// M1 intersects M0; on a master of both, the floor read atomically with
+// taking the key is at least F0. So F ≥ F0+1. Failed grants commit nothing
+// on a majority, so only final grants move the counters that matter.
+//
+// Bounded memory: a counter expires FenceRetention after its last commit.
+// Once it is gone a master's floor is its clock in µs, which is above every
+// fence issued more than a retention ago — provided no master's clock runs
+// more than FenceRetention behind another's (a generous bound for NTP-run
+// machines; the default is an hour). Fences are therefore roughly µs since
+// the epoch (about 1.7e15): they fit an int64 and a JSON/JavaScript number.
+//
+// A master that loses its data (restart without persistence) loses its
+// counters too; the clock floor still puts it above old fences under the
+// same clock assumption, and the restart guard keeps it out of quorums.
+
+// fenceKeySuffix uses '#', which lock names may not contain, so a fence key
+// never collides with a lock's key.
+const fenceKeySuffix = "#fence"
+
+// FenceKey is where masters keep key's fence counter.
+func FenceKey(key string) string { return key + fenceKeySuffix }
+
+const defaultFenceRetention = time.Hour
+
+// ErrFencingUnsupported means a node cannot keep fence counters.
+var ErrFencingUnsupported = errors.New("redlock: fencing is on but a master does not support it")
+
+func checkFencers(nodes []Node) error {
+	for _, n := range nodes {
+		if _, ok := n.(Fencer); !ok {
+			return fmt.Errorf("%w: %s", ErrFencingUnsupported, n.Addr())
+		}
+	}
+	return nil
+}
+
+// acquireFenced runs both rounds; on any failure it releases everywhere.
+func (l *Locker) acquireFenced(ctx context.Context, key, value string, ttl time.Duration) (Grant, error) {
+	start := l.now()
+	fenceKey := FenceKey(key)
+	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
+		ok, holderTTL, floor, err := n.(Fencer).AcquireFenced(ctx, key, fenceKey, value, ttl)
+		return reply{ok: ok, held: err == nil && !ok, ttl: holderTTL, fence: floor, err: err}
+	})
+	t := tally(replies)
+	if _, err := l.judge(t, start, ttl); err != nil {
+		return Grant{}, l.failAcquire(ctx, key, value, replies, t, err)
+	}
+	fence := maxFence(replies) + 1
+	commits := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
+		ok, err := n.(Fencer).CommitFence(ctx, key, fenceKey, value, fence, l.fenceRetention)
+		return reply{ok: ok, held: err == nil && !ok, err: err}
+	})
+	grant, err := l.judge(tally(commits), start, ttl)
+	if err != nil {
+		_ = l.releaseAll(ctx, key, value)
+		return Grant{}, fmt.Errorf("committing the fence: %w", err)
+	}
+	grant.Fence = fence
+	return grant, nil
+}
+
+func maxFence(replies []reply) int64 {
+	var m int64
+	for _, r := range replies {
+		if r.ok && r.fence > m {
+			m = r.fence
+		}
+	}
+	return m
+}

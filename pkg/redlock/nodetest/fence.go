@@ -1,0 +1,129 @@
+package nodetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/redlock"
+)
+
+// clockTolerance bounds how far the node's clock (a local redis-server, or
+// the test's own) may be from the test's when checking a clock floor.
+const clockTolerance = time.Minute
+
+// fencer returns the node as a Fencer, or skips the test.
+func (s *suite) fencer(t *testing.T) redlock.Fencer {
+	t.Helper()
+	f, ok := s.node.(redlock.Fencer)
+	if !ok {
+		t.Skip("the node does not implement redlock.Fencer")
+	}
+	return f
+}
+
+func (s *suite) fenceKey() string { return redlock.FenceKey(s.key) }
+
+func (s *suite) acquireFenced(t *testing.T, f redlock.Fencer, value string) int64 {
+	t.Helper()
+	ok, _, floor, err := f.AcquireFenced(s.ctx, s.key, s.fenceKey(), value, longTTL)
+	if err != nil || !ok {
+		t.Fatalf("AcquireFenced: acquired=%v err=%v", ok, err)
+	}
+	return floor
+}
+
+func (s *suite) commit(t *testing.T, f redlock.Fencer, value string, fence int64, retention time.Duration) bool {
+	t.Helper()
+	ok, err := f.CommitFence(s.ctx, s.key, s.fenceKey(), value, fence, retention)
+	if err != nil {
+		t.Fatalf("CommitFence: %v", err)
+	}
+	return ok
+}
+
+func (s *suite) counter(t *testing.T, f redlock.Fencer) int64 {
+	t.Helper()
+	_, _, fence, err := f.GetFenced(s.ctx, s.key, s.fenceKey())
+	if err != nil {
+		t.Fatalf("GetFenced: %v", err)
+	}
+	return fence
+}
+
+// Without a counter, the floor is the node's clock in microseconds.
+func testFenceFloorFollowsClock(t *testing.T, s *suite) {
+	f := s.fencer(t)
+	floor := s.acquireFenced(t, f, "A")
+	if d := time.Duration(floor-time.Now().UnixMicro()) * time.Microsecond; d < -clockTolerance || d > clockTolerance {
+		t.Fatalf("floor %d is %v from the clock in µs", floor, d)
+	}
+	if got := s.counter(t, f); got != 0 {
+		t.Fatalf("counter before any commit = %d, want 0", got)
+	}
+}
+
+// A commit raises the counter but never lowers it, and a counter above
+// the clock becomes the floor.
+func testFenceCommitKeepsLarger(t *testing.T, s *suite) {
+	f := s.fencer(t)
+	future := s.acquireFenced(t, f, "A") + int64(time.Hour/time.Microsecond)
+	if !s.commit(t, f, "A", future, longTTL) {
+		t.Fatal("commit by the holder refused")
+	}
+	if !s.commit(t, f, "A", future-5, longTTL) {
+		t.Fatal("second commit by the holder refused")
+	}
+	if got := s.counter(t, f); got != future {
+		t.Fatalf("counter = %d, want %d (the larger)", got, future)
+	}
+	if _, err := s.node.Release(s.ctx, s.key, "A"); err != nil {
+		t.Fatal(err)
+	}
+	if floor := s.acquireFenced(t, f, "B"); floor != future {
+		t.Fatalf("floor = %d, want the counter %d above the clock", floor, future)
+	}
+}
+
+// Only the key's holder may commit.
+func testFenceCommitNeedsKey(t *testing.T, s *suite) {
+	f := s.fencer(t)
+	floor := s.acquireFenced(t, f, "A")
+	if s.commit(t, f, "B", floor+1, longTTL) {
+		t.Fatal("a non-holder committed a fence")
+	}
+	if _, err := s.node.Release(s.ctx, s.key, "A"); err != nil {
+		t.Fatal(err)
+	}
+	if s.commit(t, f, "A", floor+1, longTTL) {
+		t.Fatal("a former holder committed a fence")
+	}
+	if got := s.counter(t, f); got != 0 {
+		t.Fatalf("counter = %d after refused commits", got)
+	}
+}
+
+// The counter is dropped after its retention, bounding memory.
+func testFenceCounterExpires(t *testing.T, s *suite) {
+	f := s.fencer(t)
+	floor := s.acquireFenced(t, f, "A")
+	if !s.commit(t, f, "A", floor+1, shortTTL) {
+		t.Fatal("commit refused")
+	}
+	deadline := time.Now().Add(expiryDeadline)
+	for s.counter(t, f) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("counter still there %v after a %v retention", expiryDeadline, shortTTL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A key held by another value yields no floor.
+func testFenceHeldByOther(t *testing.T, s *suite) {
+	f := s.fencer(t)
+	s.acquireFenced(t, f, "A")
+	ok, holderTTL, floor, err := f.AcquireFenced(s.ctx, s.key, s.fenceKey(), "B", longTTL)
+	if err != nil || ok || floor != 0 || holderTTL <= 0 {
+		t.Fatalf("AcquireFenced by another: ok=%v ttl=%v floor=%d err=%v", ok, holderTTL, floor, err)
+	}
+}

@@ -1,0 +1,83 @@
+package redisnode
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sidelock/sidelock/pkg/redlock"
+)
+
+var (
+	//go:embed acquire_fenced.lua
+	acquireFencedSrc string
+	//go:embed commit_fence.lua
+	commitFenceSrc string
+	//go:embed get_fenced.lua
+	getFencedSrc string
+
+	acquireFencedScript = redis.NewScript(acquireFencedSrc)
+	commitFenceScript   = redis.NewScript(commitFenceSrc)
+	getFencedScript     = redis.NewScript(getFencedSrc)
+)
+
+var _ redlock.Fencer = (*Node)(nil)
+
+// AcquireFenced implements redlock.Fencer.
+func (n *Node) AcquireFenced(ctx context.Context, key, fenceKey, value string, ttl time.Duration) (bool, time.Duration, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return false, 0, 0, n.wrap(ctx, "acquire", err)
+	}
+	reply, err := acquireFencedScript.Run(ctx, n.client, []string{key, fenceKey}, value, milliseconds(ttl)).Int64Slice()
+	if err != nil {
+		return false, 0, 0, n.wrap(ctx, "acquire", err)
+	}
+	if len(reply) != 3 {
+		return false, 0, 0, n.wrap(ctx, "acquire", fmt.Errorf("unexpected script reply %v", reply))
+	}
+	if reply[0] == 1 {
+		return true, 0, reply[2], nil
+	}
+	return false, time.Duration(reply[1]) * time.Millisecond, 0, nil
+}
+
+// CommitFence implements redlock.Fencer.
+func (n *Node) CommitFence(ctx context.Context, key, fenceKey, value string, fence int64, retention time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, n.wrap(ctx, "commit fence", err)
+	}
+	ok, err := commitFenceScript.Run(ctx, n.client, []string{key, fenceKey}, value, fence, milliseconds(retention)).Int64()
+	if err != nil {
+		return false, n.wrap(ctx, "commit fence", err)
+	}
+	return ok == 1, nil
+}
+
+// GetFenced implements redlock.Fencer.
+func (n *Node) GetFenced(ctx context.Context, key, fenceKey string) (string, time.Duration, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return "", 0, 0, n.wrap(ctx, "get", err)
+	}
+	reply, err := getFencedScript.Run(ctx, n.client, []string{key, fenceKey}).Slice()
+	if err != nil {
+		return "", 0, 0, n.wrap(ctx, "get", err)
+	}
+	if len(reply) != 3 {
+		return "", 0, 0, n.wrap(ctx, "get", fmt.Errorf("unexpected script reply %v", reply))
+	}
+	value, okV := reply[0].(string)
+	pttl, okT := reply[1].(int64)
+	counter, okC := reply[2].(string)
+	if !okV || !okT || !okC {
+		return "", 0, 0, n.wrap(ctx, "get", fmt.Errorf("unexpected script reply %v", reply))
+	}
+	fence, err := strconv.ParseInt(counter, 10, 64)
+	if err != nil {
+		return "", 0, 0, n.wrap(ctx, "get", fmt.Errorf("fence counter %q: %w", counter, err))
+	}
+	return value, time.Duration(pttl) * time.Millisecond, fence, nil
+}
