@@ -10,7 +10,7 @@ BENCHCOUNT ?= 6
 GOLANGCI_VERSION ?= v2.6.2
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: run test test-unit bench-smoke test-deploy check-fmt vet lint build bench fuzz cover clean redis-server help-env helm-lint k8s-validate
+.PHONY: run test test-unit bench-smoke helm-lint k8s-validate test-deploy check-fmt vet lint build bench fuzz cover clean redis-server help-env helm-lint k8s-validate
 
 ## run: sidelock in dev mode (3 in-memory masters), nothing to install.
 run:
@@ -54,6 +54,18 @@ fuzz:
 
 cover:
 	$(GO) test -count=1 -coverprofile=cover.out $(PKGS) && $(GO) tool cover -func=cover.out | tail -1
+
+## helm-lint, k8s-validate, test-deploy: the chart, manifests, Dockerfile and skaffold.yaml, rendered
+## with the Helm Go SDK / kustomize and strictly decoded into the Kubernetes API types (separate
+## module in test/deploy, so the Kubernetes libraries stay out of the binary's go.mod).
+helm-lint:
+	cd test/deploy && $(GO) test -count=1 -run 'TestChart|TestValues|TestSidecarEnv' ./...
+
+k8s-validate:
+	cd test/deploy && $(GO) test -count=1 -run 'TestManifests|TestDockerfile|TestDockerignore|TestSkaffold' ./...
+
+test-deploy:
+	cd test/deploy && $(GO) test -count=1 ./...
 
 ## redis-server: tests start real masters; install Debian's package when missing.
 redis-server:

@@ -1,0 +1,126 @@
+{{/*
+sidelock.sidecar renders the sidelock container (one list item's content,
+without the leading "- ") for a pod's initContainers. It is a *native
+sidecar* (restartPolicy: Always, Kubernetes >= 1.29): it starts before the
+application containers, the kubelet waits for its startupProbe before
+starting them, it keeps running alongside them, and it is stopped after them.
+
+Context: this chart's context. In this chart that is `.`; in a parent chart
+that depends on sidelock it is `.Subcharts.sidelock`, so that names and values
+resolve exactly as they do for the Redis masters of the same release:
+
+  initContainers:
+    - {{- include "sidelock.sidecar" .Subcharts.sidelock | nindent 6 }}
+
+Probes all hit the admin port (never the lock API, which listens on loopback
+only and is not a containerPort). Liveness uses /healthz, which never depends
+on Redis: a Redis outage must not restart every sidecar in the cluster.
+Readiness uses /readyz (quorum of masters) and, the sidecar being native,
+counts toward the pod's readiness: losing quorum takes the pod out of its
+Services. sidecar.readinessProbe.enabled=false keeps such pods in rotation.
+*/}}
+{{- define "sidelock.sidecar" -}}
+{{- $sc := .Values.sidecar -}}
+name: {{ $sc.name }}
+image: {{ include "sidelock.imageRef" (dict "image" .Values.image "defaultTag" .Chart.AppVersion) }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+restartPolicy: Always
+ports:
+  - name: sidelock-admin
+    containerPort: {{ $sc.adminPort }}
+    protocol: TCP
+env:
+  {{- include "sidelock.sidecarEnv" . | nindent 2 }}
+startupProbe:
+  {{- include "sidelock.adminProbe" (dict "path" "/healthz" "timing" $sc.startupProbe) | nindent 2 }}
+{{- if $sc.readinessProbe.enabled }}
+readinessProbe:
+  {{- include "sidelock.adminProbe" (dict "path" "/readyz" "timing" $sc.readinessProbe) | nindent 2 }}
+{{- end }}
+livenessProbe:
+  {{- include "sidelock.adminProbe" (dict "path" "/healthz" "timing" $sc.livenessProbe) | nindent 2 }}
+resources:
+  {{- toYaml $sc.resources | nindent 2 }}
+securityContext:
+  {{- include "sidelock.containerSecurityContext" 65532 | nindent 2 }}
+{{- with $sc.extraVolumeMounts }}
+volumeMounts:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* An httpGet probe on the admin port; timing is a probe block of values. */}}
+{{- define "sidelock.adminProbe" -}}
+httpGet:
+  path: {{ .path }}
+  port: sidelock-admin
+{{ omit .timing "enabled" | toYaml }}
+{{- end -}}
+
+{{/*
+Environment of the sidecar. Listen addresses come from the same values as the
+port and probes so they cannot drift apart; the lock API stays on loopback.
+*/}}
+{{- define "sidelock.sidecarEnv" -}}
+{{- $sc := .Values.sidecar -}}
+{{- $redis := .Values.redis -}}
+- name: SIDELOCK_LISTEN_ADDR
+  value: {{ printf "127.0.0.1:%d" (int $sc.listenPort) | quote }}
+- name: SIDELOCK_ADMIN_ADDR
+  value: {{ printf ":%d" (int $sc.adminPort) | quote }}
+- name: SIDELOCK_REDIS_ADDRS
+  value: {{ include "sidelock.redisAddrs" . | quote }}
+{{- /* sidecar.config key -> variable; ranged in key order, so output is stable. */}}
+{{- $vars := dict
+  "keyPrefix" "SIDELOCK_KEY_PREFIX"
+  "nodeTimeout" "SIDELOCK_NODE_TIMEOUT"
+  "driftFactor" "SIDELOCK_DRIFT_FACTOR"
+  "defaultTTL" "SIDELOCK_DEFAULT_TTL"
+  "maxTTL" "SIDELOCK_MAX_TTL"
+  "keyTTL" "SIDELOCK_KEY_TTL"
+  "maxWait" "SIDELOCK_MAX_WAIT"
+  "fencing" "SIDELOCK_FENCING"
+  "fenceRetention" "SIDELOCK_FENCE_RETENTION"
+  "healthInterval" "SIDELOCK_HEALTH_INTERVAL"
+  "shutdownTimeout" "SIDELOCK_SHUTDOWN_TIMEOUT"
+  "logFormat" "SIDELOCK_LOG_FORMAT"
+  "logLevel" "SIDELOCK_LOG_LEVEL" }}
+{{- range $key, $var := $vars }}
+- name: {{ $var }}
+  value: {{ index $sc.config $key | toString | quote }}
+{{- end }}
+{{- if $redis.tls.enabled }}
+- name: SIDELOCK_REDIS_TLS
+  value: "true"
+{{- range $key, $var := dict "caFile" "SIDELOCK_REDIS_TLS_CA_FILE" "certFile" "SIDELOCK_REDIS_TLS_CERT_FILE" "keyFile" "SIDELOCK_REDIS_TLS_KEY_FILE" }}
+{{- with index $redis.tls $key }}
+- name: {{ $var }}
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $redis.auth.enabled }}
+{{- with $redis.auth.username }}
+- name: SIDELOCK_REDIS_USERNAME
+  value: {{ . | quote }}
+{{- end }}
+- name: SIDELOCK_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "sidelock.redisSecretName" . }}
+      key: {{ include "sidelock.redisSecretKey" . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+sidelock.volumes renders sidecar.extraVolumes as pod volumes (list items),
+for the pod that includes the sidecar; empty when there are none:
+
+  volumes:
+    {{- include "sidelock.volumes" .Subcharts.sidelock | nindent 4 }}
+*/}}
+{{- define "sidelock.volumes" -}}
+{{- with .Values.sidecar.extraVolumes }}
+{{- toYaml . }}
+{{- end }}
+{{- end -}}
