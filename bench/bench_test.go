@@ -46,9 +46,14 @@ func redisMastersSharing(b *testing.B, nodes []redlock.Node) []redlock.Node {
 	return out
 }
 
+// newSidecar serves the lock API over nodes with fencing on, as shipped.
 func newSidecar(b *testing.B, nodes []redlock.Node) *httptest.Server {
+	return newSidecarFencing(b, nodes, true)
+}
+
+func newSidecarFencing(b *testing.B, nodes []redlock.Node, fencing bool) *httptest.Server {
 	b.Helper()
-	locker, err := redlock.New(nodes, redlock.Config{})
+	locker, err := redlock.New(nodes, redlock.Config{Fencing: fencing})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -97,6 +102,28 @@ func BenchmarkHTTPAcquireRelease(b *testing.B) {
 				lat = append(lat, time.Since(start))
 			}
 			lat.report(b)
+		})
+	}
+}
+
+// BenchmarkFencingCost is the uncontended HTTP pair over three masters
+// with fencing off and on, in one run: fencing adds a second round to the
+// masters on acquire.
+func BenchmarkFencingCost(b *testing.B) {
+	nodes := redisMasters(b, 3)
+	for _, fencing := range []bool{false, true} {
+		b.Run(fmt.Sprintf("fencing=%v", fencing), func(b *testing.B) {
+			srv := newSidecarFencing(b, nodes, fencing)
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+			lat := make(latencies, 0, b.N)
+			for i := 0; b.Loop(); i++ {
+				name := fmt.Sprintf("fence/%d", i%1024)
+				start := time.Now()
+				tok := acquireHTTP(b, client, srv.URL, name)
+				lat = append(lat, time.Since(start))
+				releaseHTTP(b, client, srv.URL, name, tok)
+			}
+			lat.reportAs(b, "acquire")
 		})
 	}
 }
