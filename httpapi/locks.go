@@ -19,6 +19,10 @@ func handleAcquire(log *slog.Logger, leases *lease.Manager) http.Handler {
 			writeError(w, log, err)
 			return
 		}
+		if req.Hold {
+			serveHold(w, r, leases, info)
+			return
+		}
 		writeJSON(w, http.StatusOK, leaseJSON(info))
 	})
 }

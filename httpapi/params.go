@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -17,10 +19,42 @@ import (
 // lockParams are the parameters a lock request may carry, in the query
 // string or a JSON body (not both for the same parameter).
 type lockParams struct {
-	TTL   *string `json:"ttl"`
-	Wait  *string `json:"wait"`
-	Owner *string `json:"owner"`
-	Token *string `json:"token"`
+	TTL     *string   `json:"ttl"`
+	Wait    *string   `json:"wait"`
+	Owner   *string   `json:"owner"`
+	Token   *string   `json:"token"`
+	Hold    *jsonBool `json:"hold"`
+	MaxHold *string   `json:"max_hold"`
+}
+
+// jsonBool is a boolean parameter: JSON true/false, or in the query (and
+// as a JSON string) "true", "false", "1" or "0".
+type jsonBool string
+
+func (b *jsonBool) UnmarshalJSON(data []byte) error {
+	var v bool
+	if err := json.Unmarshal(data, &v); err == nil {
+		*b = jsonBool(strconv.FormatBool(v))
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return errors.New("hold must be true or false")
+	}
+	*b = jsonBool(s)
+	return nil
+}
+
+// boolean parses an optional boolean parameter; absent is false.
+func boolean(name string, v *jsonBool) (bool, error) {
+	if v == nil {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(string(*v))
+	if err != nil || (string(*v) != "true" && string(*v) != "false" && string(*v) != "1" && string(*v) != "0") {
+		return false, badRequest("invalid_"+name, "%s must be true or false, got %q", name, string(*v))
+	}
+	return b, nil
 }
 
 // tokenHeader carries the lease token (preferred: it stays out of URLs and
@@ -37,6 +71,9 @@ const tokenLen = 32
 // lockName reads and validates the name from the wildcard route.
 func lockName(r *http.Request) (string, error) {
 	name := chi.URLParam(r, "*")
+	if r.Method == http.MethodGet {
+		name = strings.TrimSuffix(name, eventsSuffix)
+	}
 	if err := lease.ValidateName(name); err != nil {
 		return "", badRequest("invalid_name", "%s", err.Error())
 	}
@@ -73,7 +110,7 @@ func bodyParams(r *http.Request) (lockParams, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return p, badRequest("invalid_body", "the body must be a JSON object with string fields ttl, wait, owner, token: %v", err)
+		return p, badRequest("invalid_body", "the body must be a JSON object with fields ttl, wait, owner, token, max_hold (strings) and hold (boolean): %v", err)
 	}
 	if dec.More() {
 		return p, badRequest("invalid_body", "the body must hold exactly one JSON object")
@@ -87,14 +124,18 @@ func queryParams(rawQuery string) (lockParams, error) {
 	if err != nil {
 		return p, badRequest("invalid_query", "malformed query string: %v", err)
 	}
-	fields := map[string]**string{"ttl": &p.TTL, "wait": &p.Wait, "owner": &p.Owner, "token": &p.Token}
+	fields := map[string]**string{"ttl": &p.TTL, "wait": &p.Wait, "owner": &p.Owner, "token": &p.Token, "max_hold": &p.MaxHold}
 	for key, values := range q {
-		field, ok := fields[key]
-		if !ok {
-			return p, badRequest("invalid_query", "unknown parameter %q (known: ttl, wait, owner, token)", key)
-		}
 		if len(values) != 1 {
 			return p, badRequest("invalid_query", "parameter %q is given more than once", key)
+		}
+		if key == "hold" {
+			p.Hold = (*jsonBool)(&values[0])
+			continue
+		}
+		field, ok := fields[key]
+		if !ok {
+			return p, badRequest("invalid_query", "unknown parameter %q (known: ttl, wait, owner, token, hold, max_hold)", key)
 		}
 		*field = &values[0]
 	}
@@ -121,6 +162,16 @@ func merge(a, b lockParams) (lockParams, error) {
 	}
 	if out.Owner, err = pick("owner", a.Owner, b.Owner); err != nil {
 		return out, err
+	}
+	if out.MaxHold, err = pick("max_hold", a.MaxHold, b.MaxHold); err != nil {
+		return out, err
+	}
+	if a.Hold != nil && b.Hold != nil {
+		return out, badRequest("invalid_request", "hold is given both in the query and the body")
+	}
+	out.Hold = a.Hold
+	if out.Hold == nil {
+		out.Hold = b.Hold
 	}
 	out.Token, err = pick("token", a.Token, b.Token)
 	return out, err
@@ -206,6 +257,12 @@ func acquireRequest(r *http.Request) (lease.Request, error) {
 	if req.TTL, err = duration("ttl", p.TTL); err != nil {
 		return req, err
 	}
+	if req.MaxHold, err = duration("max_hold", p.MaxHold); err != nil {
+		return req, err
+	}
+	if req.Hold, err = boolean("hold", p.Hold); err != nil {
+		return req, err
+	}
 	req.Wait, err = duration("wait", p.Wait)
 	return req, err
 }
@@ -227,7 +284,7 @@ func readTokenRequest(r *http.Request, allowTTL bool) (tokenRequest, error) {
 	if err != nil {
 		return tr, err
 	}
-	if p.Wait != nil || p.Owner != nil || (p.TTL != nil && !allowTTL) {
+	if p.Wait != nil || p.Owner != nil || p.Hold != nil || p.MaxHold != nil || (p.TTL != nil && !allowTTL) {
 		return tr, badRequest("invalid_request", "only token%s may be given here", map[bool]string{true: " and ttl", false: ""}[allowTTL])
 	}
 	tr.name = name

@@ -19,7 +19,9 @@ func addLockRoutes(r chi.Router, log *slog.Logger, leases *lease.Manager, obs Re
 	r.Method(http.MethodPost, "/locks/*", handleAcquire(log, leases))
 	r.Method(http.MethodPut, "/locks/*", handleExtend(log, leases))
 	r.Method(http.MethodDelete, "/locks/*", handleRelease(log, leases))
-	r.Method(http.MethodGet, "/locks/*", handleInspect(log, leases))
+	// GET /locks/{name}/events is a lease's event stream ("events" is a
+	// reserved last segment of lock names); other GETs inspect.
+	r.Method(http.MethodGet, "/locks/*", byEventsSuffix(handleEvents(log, leases), handleInspect(log, leases)))
 }
 
 // addAdminRoutes is every route of the admin listener.

@@ -5,7 +5,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,8 +20,23 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "sidelock: %v\n", err)
-		os.Exit(1)
+	os.Exit(exitStatus(err, os.Stderr))
+}
+
+// exitStatus prints err (if it says anything) and picks the exit code:
+// the one an *exitCode carries (sidelock exec), else 1 for any error.
+func exitStatus(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
 	}
+	code := 1
+	var ec *exitCode
+	if errors.As(err, &ec) {
+		code = ec.code
+		err = ec.err
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sidelock: %v\n", err)
+	}
+	return code
 }

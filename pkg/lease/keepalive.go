@@ -25,6 +25,14 @@ type lease struct {
 	ops            chan op
 	done           chan struct{} // closed when the goroutine has ended the lease
 
+	// hold: the caller's connection keeps the lease; no heartbeat needed.
+	hold bool
+	// maxHoldAt ends the lease whatever the caller does (zero: no cap).
+	maxHoldAt time.Time
+
+	// Guarded by the Manager's lock: the event subscribers.
+	subscribers map[*subscriber]struct{}
+
 	// Written by run only; read under the Manager's or snapshot's lock.
 	ttl        time.Duration
 	keyTTL     time.Duration
@@ -74,6 +82,8 @@ func newLease(m *Manager, req Request) (*lease, error) {
 		ttl:            req.TTL,
 		keyTTL:         m.keyTTL(req.TTL),
 		expiresAt:      now.Add(req.TTL),
+		hold:           req.Hold,
+		maxHoldAt:      m.maxHoldAt(now, req.MaxHold),
 	}, nil
 }
 
@@ -104,8 +114,16 @@ func (l *lease) run() {
 	defer renew.Stop()
 	lapse := time.NewTimer(l.expiresAt.Sub(l.m.cfg.Now()))
 	defer lapse.Stop()
+	if l.hold {
+		lapse.Stop() // the connection is the heartbeat
+	}
+	maxHold := l.maxHoldTimer()
+	defer maxHold.Stop()
 	for {
 		select {
+		case <-maxHold.C:
+			l.end(EndMaxHold, nil)
+			return
 		case <-renew.C:
 			next, err := l.renew()
 			if err != nil {
@@ -132,7 +150,9 @@ func (l *lease) run() {
 				return
 			}
 			renew.Reset(l.renewInterval())
-			lapse.Reset(l.expiresAt.Sub(l.m.cfg.Now()))
+			if !l.hold {
+				lapse.Reset(l.expiresAt.Sub(l.m.cfg.Now()))
+			}
 		}
 	}
 }
@@ -152,6 +172,7 @@ func (l *lease) renew() (time.Duration, error) {
 	l.m.obs.Renewal(err == nil)
 	switch {
 	case err == nil:
+		l.publish(Event{Kind: EventRenewed, ValidUntil: l.snapshot().ValidUntil})
 		return l.renewInterval(), nil
 	case errors.Is(err, ErrLeaseGone):
 		return 0, err
@@ -205,7 +226,11 @@ func (l *lease) extend(ttl time.Duration) (Info, error) {
 		return Info{}, err
 	}
 	// A transient miss leaves the lease valid until its last ValidUntil.
-	return l.info(true), nil
+	info := l.info(true)
+	if err == nil {
+		l.publish(Event{Kind: EventRenewed, ValidUntil: info.ValidUntil})
+	}
+	return info, nil
 }
 
 // end releases the key on every master and forgets the lease.
@@ -214,10 +239,11 @@ func (l *lease) end(reason EndReason, cause error) {
 	l.m.mu.Lock()
 	delete(l.m.leases, l.name)
 	l.m.wakeQueueLocked(l.name)
+	l.closeSubscribersLocked(reason)
 	l.m.mu.Unlock()
 	l.m.obs.Ended(reason)
 	switch {
-	case reason == EndLost:
+	case reason == EndLost || reason == EndMaxHold:
 		l.m.log.Warn("lock lost", "name", l.name, "owner", l.owner, "cause", cause)
 	case err != nil:
 		l.m.log.Warn("release did not reach a quorum; keys lapse after their ttl", "name", l.name, "reason", string(reason), "err", err)
@@ -244,6 +270,8 @@ func (l *lease) infoLocked(withToken bool) Info {
 		LeaseExpiresAt: l.expiresAt,
 		ValidUntil:     l.validUntil,
 		Fence:          l.fence,
+		Hold:           l.hold,
+		MaxHoldAt:      l.maxHoldAt,
 	}
 	if withToken {
 		in.Token = l.token

@@ -62,6 +62,7 @@ type Config struct {
 	DefaultTTL time.Duration // caller ttl when none is asked for
 	MaxTTL     time.Duration // longest caller ttl
 	MaxWait    time.Duration // longest wait for a held lock
+	MaxHold    time.Duration // cap on any lease's life (0: none)
 	Now        func() time.Time
 	Observer   Observer
 	Logger     *slog.Logger
@@ -80,6 +81,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("default ttl %v must be within [%v, %v]", c.DefaultTTL, MinTTL, c.MaxTTL)
 	case c.MaxWait < 0:
 		return fmt.Errorf("max wait %v must not be negative", c.MaxWait)
+	case c.MaxHold < 0:
+		return fmt.Errorf("max hold %v must not be negative", c.MaxHold)
 	}
 	return nil
 }
@@ -94,6 +97,12 @@ type Request struct {
 	// the name for a lease acquired with the same key, Acquire returns that
 	// lease (same token) instead of ErrLockHeld.
 	IdempotencyKey string
+	// Hold keeps the lease alive without heartbeats, for as long as the
+	// caller's connection lives; the caller releases when it closes.
+	Hold bool
+	// MaxHold caps the lease's whole life, heartbeats or not (0: the
+	// Manager's MaxHold). Reaching it ends the lease as lost (max_hold).
+	MaxHold time.Duration
 }
 
 // Info describes a lease held through this sidecar.
@@ -106,6 +115,8 @@ type Info struct {
 	LeaseExpiresAt time.Time // when the caller's lease lapses without Extend
 	ValidUntil     time.Time // until when a quorum holds the key
 	Fence          int64     // the grant's fencing token (0 when fencing is off)
+	Hold           bool      // kept alive by the caller's connection
+	MaxHoldAt      time.Time // when the lease ends whatever happens (zero: never)
 }
 
 // Status is what the masters say about a lock name.
@@ -380,6 +391,9 @@ func (m *Manager) normalize(req Request) (Request, error) {
 	if err := m.checkTTL(req.TTL); err != nil {
 		return req, err
 	}
+	if req.MaxHold < 0 || (m.cfg.MaxHold > 0 && req.MaxHold > m.cfg.MaxHold) {
+		return req, fmt.Errorf("%w: max_hold %v must be within [0s, %v]", ErrInvalid, req.MaxHold, m.cfg.MaxHold)
+	}
 	if req.Wait < 0 || req.Wait > m.cfg.MaxWait {
 		return req, fmt.Errorf("%w: wait %v must be within [0s, %v]", ErrInvalid, req.Wait, m.cfg.MaxWait)
 	}
@@ -413,7 +427,8 @@ func outcomeOf(err error) Outcome {
 
 // ValidateName checks a lock name: 1–256 bytes of [A-Za-z0-9._:/-], with
 // no empty, "." or ".." path segment (clients rewrite those in URLs, which
-// would silently lock another name).
+// would silently lock another name), and not ending in the segment
+// "events", which names a lease's event stream.
 func ValidateName(name string) error {
 	if len(name) == 0 || len(name) > MaxNameLen {
 		return fmt.Errorf("%w: lock name must be 1 to %d bytes", ErrInvalid, MaxNameLen)
@@ -428,8 +443,14 @@ func ValidateName(name string) error {
 			return fmt.Errorf("%w: lock name must not have an empty, \".\" or \"..\" segment", ErrInvalid)
 		}
 	}
+	if name == reservedSegment || strings.HasSuffix(name, "/"+reservedSegment) {
+		return fmt.Errorf("%w: a lock name may not end in the segment %q (GET /locks/{name}/events is the event stream)", ErrInvalid, reservedSegment)
+	}
 	return nil
 }
+
+// reservedSegment ends the path of a lease's event stream.
+const reservedSegment = "events"
 
 func nameByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||

@@ -55,9 +55,9 @@ func (f *fixture) heldOnMasters(t *testing.T, name string) bool {
 }
 
 type countingObserver struct {
-	renewOK, renewFailed, lost, expired, released, shutdown atomic.Int64
-	mu                                                      sync.Mutex
-	wakeups                                                 map[lease.WakeSource]int
+	renewOK, renewFailed, lost, expired, released, shutdown, maxHold atomic.Int64
+	mu                                                               sync.Mutex
+	wakeups                                                          map[lease.WakeSource]int
 }
 
 func (o *countingObserver) Waited(lease.Outcome, time.Duration) {}
@@ -79,7 +79,7 @@ func (o *countingObserver) Renewal(ok bool) {
 	}
 }
 func (o *countingObserver) Ended(r lease.EndReason) {
-	map[lease.EndReason]*atomic.Int64{lease.EndLost: &o.lost, lease.EndExpired: &o.expired, lease.EndReleased: &o.released, lease.EndShutdown: &o.shutdown}[r].Add(1)
+	map[lease.EndReason]*atomic.Int64{lease.EndLost: &o.lost, lease.EndExpired: &o.expired, lease.EndReleased: &o.released, lease.EndShutdown: &o.shutdown, lease.EndMaxHold: &o.maxHold}[r].Add(1)
 }
 
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {

@@ -30,6 +30,9 @@ func FuzzValidateName(f *testing.F) {
 				t.Fatalf("accepted %q with segment %q", name, seg)
 			}
 		}
+		if name == "events" || strings.HasSuffix(name, "/events") {
+			t.Fatalf("accepted the reserved %q", name)
+		}
 		if strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/-") != "" {
 			t.Fatalf("accepted %q with a byte outside the set", name)
 		}

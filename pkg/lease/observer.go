@@ -23,6 +23,7 @@ const (
 	EndExpired  EndReason = "expired"  // the caller stopped extending
 	EndLost     EndReason = "lost"     // renewal could not keep a quorum
 	EndShutdown EndReason = "shutdown" // the sidecar is stopping
+	EndMaxHold  EndReason = "max_hold" // the hold reached its cap
 )
 
 // Observer learns what the Manager does, for metrics. Its methods are

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/client"
+)
+
+// Exit codes of `sidelock exec`, besides the command's own code. They
+// follow sysexits(3) where one fits, so scripts can tell them apart.
+const (
+	exitUsage       = 64  // bad flags or arguments
+	exitUnavailable = 69  // the sidecar could not be reached or refused the request
+	exitNotAcquired = 75  // the lock was not acquired within --wait (EX_TEMPFAIL: try later)
+	exitLockLost    = 79  // the lock was lost while the command ran; the command was stopped
+	exitCannotRun   = 126 // the command exists but could not be started
+	exitNotFound    = 127 // the command was not found
+)
+
+// exitCode asks main to exit with code, after printing err if any.
+type exitCode struct {
+	code int
+	err  error
+}
+
+func (e *exitCode) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitCode) Unwrap() error { return e.err }
+
+func exitWith(code int, format string, args ...any) error {
+	return &exitCode{code: code, err: fmt.Errorf(format, args...)}
+}
+
+// execOptions are the flags of `sidelock exec`.
+type execOptions struct {
+	opts  client.Options
+	grace time.Duration
+	name  string
+	argv  []string
+}
+
+func parseExec(args []string, stderr io.Writer) (execOptions, error) {
+	var o execOptions
+	fs := flag.NewFlagSet("sidelock exec", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.DurationVar(&o.opts.Wait, "wait", 0, "how long to wait for the lock (0: try once)")
+	fs.DurationVar(&o.opts.TTL, "ttl", 0, "bound on the keys' ttl on the masters (default: the sidecar's)")
+	fs.DurationVar(&o.opts.MaxHold, "max-hold", 0, "end the hold (and stop the command) after this long")
+	fs.StringVar(&o.opts.Owner, "owner", "", "label shown to anyone who inspects the lock (default: the hostname)")
+	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on a lost lock, wait this long before SIGKILL")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: sidelock exec [flags] NAME -- COMMAND [ARGS...]\n\n"+
+			"Runs COMMAND while holding the lock NAME through the local sidecar ($SIDELOCK_ADDR,\n"+
+			"default %s). Exit codes: the command's own; %d lock not acquired within --wait;\n"+
+			"%d lock lost (command stopped); %d sidecar unreachable; %d usage; %d/%d command not runnable/found.\n\nflags:\n",
+			client.DefaultAddr, exitNotAcquired, exitLockLost, exitUnavailable, exitUsage, exitCannotRun, exitNotFound)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, &exitCode{code: exitUsage, err: err}
+	}
+	rest := fs.Args()
+	if len(rest) < 3 || rest[1] != "--" {
+		fs.Usage()
+		return o, exitWith(exitUsage, "exec needs NAME -- COMMAND [ARGS...]")
+	}
+	o.name, o.argv = rest[0], rest[2:]
+	if o.opts.Owner == "" {
+		o.opts.Owner, _ = os.Hostname()
+	}
+	return o, nil
+}
+
+// runExec holds the lock for as long as the command runs.
+func runExec(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	o, err := parseExec(args, stderr)
+	if err != nil {
+		return err
+	}
+	addr := getenv("SIDELOCK_ADDR")
+	if addr == "" {
+		addr = client.DefaultAddr
+	}
+	held, err := client.New(addr, nil).Hold(ctx, o.name, o.opts)
+	switch {
+	case errors.Is(err, client.ErrLockHeld):
+		return exitWith(exitNotAcquired, "lock %q not acquired within %v", o.name, o.opts.Wait)
+	case err != nil:
+		return exitWith(exitUnavailable, "sidecar at %s: %w", addr, err)
+	}
+	defer held.Release()
+	cmd := exec.Command(o.argv[0], o.argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = append(os.Environ(),
+		"SIDELOCK_LOCK_NAME="+held.Lease.Name,
+		"SIDELOCK_TOKEN="+held.Lease.Token,
+		"SIDELOCK_FENCE="+strconv.FormatInt(held.Lease.Fence, 10))
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return exitWith(exitNotFound, "%v", err)
+		}
+		return exitWith(exitCannotRun, "%v", err)
+	}
+	return superviseCommand(cmd, held, o.grace, stderr)
+}
+
+// superviseCommand forwards SIGINT and SIGTERM to the command and stops it
+// if the lock is lost: SIGTERM, then SIGKILL after the grace period.
+func superviseCommand(cmd *exec.Cmd, held *client.Held, grace time.Duration, stderr io.Writer) error {
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var lost bool
+	var kill <-chan time.Time
+	streamEnded := held.Done()
+	for {
+		select {
+		case sig := <-signals:
+			_ = cmd.Process.Signal(sig)
+		case <-streamEnded:
+			streamEnded, lost = nil, true
+			fmt.Fprintf(stderr, "sidelock exec: lock %q lost (%s); stopping the command\n", held.Lease.Name, lostReason(held.End()))
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			kill = time.After(grace)
+		case <-kill:
+			_ = cmd.Process.Kill()
+		case err := <-exited:
+			if lost {
+				return exitWith(exitLockLost, "lock %q was lost while the command ran", held.Lease.Name)
+			}
+			return commandResult(err)
+		}
+	}
+}
+
+func lostReason(e client.Event) string {
+	if e.Reason == "" {
+		return "the sidecar connection broke"
+	}
+	return e.Reason
+}
+
+// commandResult passes the command's exit status through: its code, or
+// 128+n when a signal n ended it.
+func commandResult(err error) error {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		if err != nil {
+			return exitWith(exitCannotRun, "%v", err)
+		}
+		return nil
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return &exitCode{code: 128 + int(ws.Signal())}
+	}
+	return &exitCode{code: ee.ExitCode()}
+}

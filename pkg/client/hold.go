@@ -1,0 +1,139 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Event is one server-sent event of a held lock or a lease's stream.
+type Event struct {
+	Kind       string    // "renewed", "released" or "lost"
+	ValidUntil time.Time // for "renewed"
+	Reason     string    // for "released" and "lost"
+}
+
+// Held is a lock held for as long as its connection is open.
+type Held struct {
+	Lease  Lease
+	events chan Event
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu   sync.Mutex
+	last Event // the final event, once the stream ended
+}
+
+// Hold acquires name with hold=true and keeps the connection open: the
+// sidecar renews the lock while it is open and releases it the moment it
+// closes, whether by Release, process exit or a crash.
+func (c *Client) Hold(ctx context.Context, name string, opts Options) (*Held, error) {
+	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel) // until acquired, ctx bounds the wait
+	res, err := c.do(streamCtx, http.MethodPost, name, opts.query(true), "", opts.IdempotencyKey)
+	if err != nil {
+		stop()
+		cancel()
+		return nil, err
+	}
+	h := &Held{events: make(chan Event, 16), cancel: cancel, done: make(chan struct{})}
+	sc := bufio.NewScanner(res.Body)
+	kind, data, err := nextEvent(sc)
+	stop()
+	if err == nil && kind != "acquired" {
+		err = fmt.Errorf("sidelock: first event %q, want acquired", kind)
+	}
+	if err == nil {
+		err = json.Unmarshal([]byte(data), &h.Lease)
+	}
+	if err != nil {
+		res.Body.Close()
+		cancel()
+		return nil, err
+	}
+	go h.read(res, sc)
+	return h, nil
+}
+
+// Events delivers renewals and then the final "released" or "lost" event;
+// it is closed when the stream ends. A reader more than 16 events behind
+// misses some; End always has the final one.
+func (h *Held) Events() <-chan Event { return h.events }
+
+// Done is closed when the stream has ended.
+func (h *Held) Done() <-chan struct{} { return h.done }
+
+// End is the stream's final event (zero until Done is closed, and when
+// the connection broke without one).
+func (h *Held) End() Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last
+}
+
+// Release closes the connection, which releases the lock, and waits for
+// the stream to end.
+func (h *Held) Release() {
+	h.cancel()
+	<-h.done
+}
+
+func (h *Held) read(res *http.Response, sc *bufio.Scanner) {
+	defer close(h.done)
+	defer close(h.events)
+	defer res.Body.Close()
+	for {
+		kind, data, err := nextEvent(sc)
+		if err != nil {
+			return
+		}
+		var payload struct {
+			ValidUntil time.Time `json:"valid_until"`
+			Reason     string    `json:"reason"`
+		}
+		_ = json.Unmarshal([]byte(data), &payload)
+		e := Event{Kind: kind, ValidUntil: payload.ValidUntil, Reason: payload.Reason}
+		if kind != "renewed" {
+			h.mu.Lock()
+			h.last = e
+			h.mu.Unlock()
+		}
+		select {
+		case h.events <- e:
+		default: // a reader this far behind misses events; End keeps the last
+		}
+		if kind == "released" || kind == "lost" {
+			return
+		}
+	}
+}
+
+var errStreamEnded = errors.New("sidelock: event stream ended")
+
+// nextEvent reads one event's name and data, skipping comments.
+func nextEvent(sc *bufio.Scanner) (kind, data string, err error) {
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if kind != "" {
+				return kind, data, nil
+			}
+		case strings.HasPrefix(line, ":"):
+		case strings.HasPrefix(line, "event: "):
+			kind = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			data += strings.TrimPrefix(line, "data: ")
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", "", err
+	}
+	return "", "", errStreamEnded
+}

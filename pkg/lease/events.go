@@ -1,0 +1,101 @@
+package lease
+
+import (
+	"time"
+)
+
+// Events of a lease, for callers that want to learn at once when their
+// lock is renewed or lost (server-sent events, `sidelock exec`).
+
+// EventKind names an event.
+type EventKind string
+
+// Event kinds.
+const (
+	EventRenewed EventKind = "renewed" // a quorum confirmed the lock again
+	EventEnded   EventKind = "ended"   // the lease is over; Reason says why
+)
+
+// Event is one thing that happened to a lease.
+type Event struct {
+	Kind       EventKind
+	ValidUntil time.Time // for EventRenewed
+	Reason     EndReason // for EventEnded
+}
+
+// eventBuffer holds events a slow reader has not taken yet. Renewals are
+// dropped rather than block the lease's goroutine; one slot is always kept
+// for the final event.
+const eventBuffer = 8
+
+type subscriber struct{ ch chan Event }
+
+// Watch subscribes to the events of the live lease of name held with
+// token. The channel delivers renewals and then one EventEnded, and is
+// closed after it. cancel stops the subscription early.
+func (m *Manager) Watch(name, token string) (events <-chan Event, cancel func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.leases[name]
+	if !ok || !l.hasToken(token) {
+		return nil, nil, ErrLeaseGone
+	}
+	s := &subscriber{ch: make(chan Event, eventBuffer)}
+	if l.subscribers == nil {
+		l.subscribers = make(map[*subscriber]struct{})
+	}
+	l.subscribers[s] = struct{}{}
+	cancel = func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if _, ok := l.subscribers[s]; ok {
+			delete(l.subscribers, s)
+			close(s.ch)
+		}
+	}
+	return s.ch, cancel, nil
+}
+
+// publish sends a renewal to every subscriber that has room for it.
+func (l *lease) publish(e Event) {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	for s := range l.subscribers {
+		if len(s.ch) < cap(s.ch)-1 {
+			s.ch <- e
+		}
+	}
+}
+
+// closeSubscribersLocked delivers the final event and closes every
+// subscription. The caller holds the Manager's lock.
+func (l *lease) closeSubscribersLocked(reason EndReason) {
+	for s := range l.subscribers {
+		s.ch <- Event{Kind: EventEnded, Reason: reason}
+		close(s.ch)
+		delete(l.subscribers, s)
+	}
+}
+
+// maxHoldAt is when a lease acquired at now must end, from the request's
+// cap and the Manager's (the smaller wins; zero means none).
+func (m *Manager) maxHoldAt(now time.Time, requested time.Duration) time.Time {
+	limit := m.cfg.MaxHold
+	if requested > 0 && (limit == 0 || requested < limit) {
+		limit = requested
+	}
+	if limit == 0 {
+		return time.Time{}
+	}
+	return now.Add(limit)
+}
+
+// maxHoldTimer fires when the lease reaches its cap (never without one).
+func (l *lease) maxHoldTimer() *time.Timer {
+	if l.maxHoldAt.IsZero() {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return t
+	}
+	return time.NewTimer(l.maxHoldAt.Sub(l.m.cfg.Now()))
+}
