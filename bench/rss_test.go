@@ -26,7 +26,9 @@ func BenchmarkSidecarIdleRSS(b *testing.B) {
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build: %v\n%s", err, out)
 	}
-	servers := redistest.StartN(b, 3)
+	// Durable masters count at once; fresh ones without persistence would
+	// sit out the restart probation (SIDELOCK_KEY_TTL), which is not start-up.
+	servers := redistest.StartN(b, 3, redistest.WithAppendOnly())
 	addrs := make([]string, len(servers))
 	for i, s := range servers {
 		addrs[i] = s.Addr()

@@ -40,6 +40,15 @@ type sidecar struct {
 	log   *strings.Builder
 }
 
+// durableMasters start with appendonly and appendfsync always: a sidecar
+// lets them count at once, where fresh masters without persistence would
+// sit out a restart probation (nothing tells them from restarted ones).
+// The safety guard tests start plain masters.
+func durableMasters(t *testing.T, n int) []*redistest.Server {
+	t.Helper()
+	return redistest.StartN(t, n, redistest.WithAppendOnly())
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -57,12 +66,7 @@ func startSidecar(t *testing.T, masters []*redistest.Server, env ...string) *sid
 		addrs[i] = m.Addr()
 	}
 	apiAddr, adminAddr := freeAddr(t), freeAddr(t)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"=1",
-		"SIDELOCK_REDIS_ADDRS="+strings.Join(addrs, ","),
-		"SIDELOCK_LISTEN_ADDR="+apiAddr, "SIDELOCK_ADMIN_ADDR="+adminAddr,
-		"SIDELOCK_HEALTH_INTERVAL=100ms", "SIDELOCK_LOG_LEVEL=debug", "SIDELOCK_KEY_PREFIX=e2e:")
-	cmd.Env = append(cmd.Env, env...)
+	cmd := sidecarCommand(addrs, apiAddr, adminAddr, env)
 	s := &sidecar{cmd: cmd, api: "http://" + apiAddr, admin: "http://" + adminAddr, exit: make(chan error, 1), log: &strings.Builder{}}
 	cmd.Stdout, cmd.Stderr = io.Discard, &syncWriter{b: s.log}
 	if err := cmd.Start(); err != nil {
@@ -84,6 +88,41 @@ func startSidecar(t *testing.T, masters []*redistest.Server, env ...string) *sid
 		return err == nil && res.StatusCode == 200
 	})
 	return s
+}
+
+// sidecarCommand runs the sidecar over the masters at addrs; env comes
+// last, so it overrides the defaults.
+func sidecarCommand(addrs []string, apiAddr, adminAddr string, env []string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childEnv+"=1",
+		"SIDELOCK_REDIS_ADDRS="+strings.Join(addrs, ","),
+		"SIDELOCK_LISTEN_ADDR="+apiAddr, "SIDELOCK_ADMIN_ADDR="+adminAddr,
+		"SIDELOCK_HEALTH_INTERVAL=100ms", "SIDELOCK_LOG_LEVEL=debug", "SIDELOCK_KEY_PREFIX=e2e:")
+	cmd.Env = append(cmd.Env, env...)
+	return cmd
+}
+
+// refusedStart runs a sidecar over addrs that must refuse to start, and
+// returns what it printed.
+func refusedStart(t *testing.T, addrs []string) string {
+	t.Helper()
+	cmd := sidecarCommand(addrs, freeAddr(t), freeAddr(t), nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	}()
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err == nil || cmd.ProcessState.ExitCode() <= 0 {
+		t.Fatalf("started (or was killed after 10s) over %v: %v\n%s", addrs, err, out)
+	}
+	t.Logf("refused to start within %v", time.Since(start))
+	return string(out)
 }
 
 // syncWriter collects the child's log; exec copies stderr on its own goroutine.
@@ -140,6 +179,21 @@ func (s *sidecar) readyz(t *testing.T) int {
 	return res.StatusCode
 }
 
+// readyzMasters returns the masters of /readyz, whatever its status.
+func (s *sidecar) readyzMasters(t *testing.T) []map[string]any {
+	t.Helper()
+	res, err := http.Get(s.admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var body struct{ Masters []map[string]any }
+	if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	return body.Masters
+}
+
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -167,7 +221,7 @@ func keyOn(t *testing.T, m *redistest.Server, name string) (string, time.Duratio
 }
 
 func TestE2EAcquireConflictExtendRelease(t *testing.T) {
-	masters := redistest.StartN(t, 3)
+	masters := durableMasters(t, 3)
 	a, b := startSidecar(t, masters), startSidecar(t, masters)
 	tok := a.acquire(t, "/locks/orders/42?owner=pod-a")
 	if code, body := b.do(t, "POST", "/locks/orders/42", ""); code != 409 || body["code"] != "lock_held" {
@@ -191,7 +245,7 @@ func TestE2EAcquireConflictExtendRelease(t *testing.T) {
 // A lease with ttl=60s stays held past several key ttls while its caller
 // heartbeats, and the keys on the masters carry only the short key ttl.
 func TestE2EHeartbeatKeepsALockPastSeveralKeyTTLs(t *testing.T) {
-	masters := redistest.StartN(t, 3)
+	masters := durableMasters(t, 3)
 	a := startSidecar(t, masters, "SIDELOCK_KEY_TTL=1s", "SIDELOCK_NODE_TIMEOUT=50ms")
 	b := startSidecar(t, masters)
 	tok := a.acquire(t, "/locks/long?ttl=60s")
@@ -211,7 +265,7 @@ func TestE2EHeartbeatKeepsALockPastSeveralKeyTTLs(t *testing.T) {
 
 // A lease with ttl=2s and no heartbeat is free again within about 3s.
 func TestE2ELeaseWithoutHeartbeatIsFreeWithin3s(t *testing.T) {
-	masters := redistest.StartN(t, 3)
+	masters := durableMasters(t, 3)
 	a, b := startSidecar(t, masters), startSidecar(t, masters)
 	a.acquire(t, "/locks/short?ttl=2s")
 	took := eventually(t, 3500*time.Millisecond, "lock free again", func() bool {
@@ -227,7 +281,7 @@ func TestE2ELeaseWithoutHeartbeatIsFreeWithin3s(t *testing.T) {
 // After kill -9 of the sidecar its locks are acquirable from another
 // sidecar within one key ttl.
 func TestE2EKilledSidecarFreesItsLocksWithinOneKeyTTL(t *testing.T) {
-	masters := redistest.StartN(t, 3)
+	masters := durableMasters(t, 3)
 	a := startSidecar(t, masters, "SIDELOCK_KEY_TTL=2s")
 	b := startSidecar(t, masters)
 	a.acquire(t, "/locks/orphan?ttl=1h")
@@ -245,7 +299,7 @@ func TestE2EKilledSidecarFreesItsLocksWithinOneKeyTTL(t *testing.T) {
 // turns 503 within a few seconds and acquire answers 503 promptly; service
 // resumes when they return.
 func TestE2EQuorumLossAndRecovery(t *testing.T) {
-	masters := redistest.StartN(t, 3)
+	masters := durableMasters(t, 3)
 	a := startSidecar(t, masters)
 	eventually(t, 3*time.Second, "ready", func() bool { return a.readyz(t) == 200 })
 	masters[0].Kill()
@@ -268,7 +322,7 @@ func TestE2EQuorumLossAndRecovery(t *testing.T) {
 
 // SIGTERM releases every held lock on the masters before the process exits.
 func TestE2ESIGTERMReleasesHeldLocks(t *testing.T) {
-	masters := redistest.StartN(t, 3)
+	masters := durableMasters(t, 3)
 	a := startSidecar(t, masters)
 	for i := range 5 {
 		a.acquire(t, fmt.Sprintf("/locks/job/%d?ttl=1h", i))
@@ -297,7 +351,7 @@ func TestE2ESIGTERMReleasesHeldLocks(t *testing.T) {
 // A waiter on sidecar B acquires promptly after the holder on sidecar A
 // releases: the release is announced through the masters' Pub/Sub.
 func TestE2EWaiterOnAnotherSidecarAcquiresPromptlyAfterRelease(t *testing.T) {
-	masters := redistest.StartN(t, 3)
+	masters := durableMasters(t, 3)
 	a, b := startSidecar(t, masters), startSidecar(t, masters)
 	tok := a.acquire(t, "/locks/handoff")
 	granted := make(chan time.Time, 1)
@@ -322,7 +376,7 @@ func TestE2EWaiterOnAnotherSidecarAcquiresPromptlyAfterRelease(t *testing.T) {
 
 // A timed-out wait answers 409 close to the requested wait.
 func TestE2EWaitTimesOutCloseToTheWait(t *testing.T) {
-	masters := redistest.StartN(t, 3)
+	masters := durableMasters(t, 3)
 	a, b := startSidecar(t, masters), startSidecar(t, masters)
 	a.acquire(t, "/locks/busy")
 	start := time.Now()
@@ -336,7 +390,7 @@ func TestE2EWaitTimesOutCloseToTheWait(t *testing.T) {
 // A waiter whose client disconnects leaves the queue and never ends up
 // holding the lock.
 func TestE2EDisconnectedWaiterNeverHoldsTheLock(t *testing.T) {
-	masters := redistest.StartN(t, 3)
+	masters := durableMasters(t, 3)
 	a := startSidecar(t, masters)
 	tok := a.acquire(t, "/locks/gone")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -367,7 +421,7 @@ func TestE2EDisconnectedWaiterNeverHoldsTheLock(t *testing.T) {
 
 // A retried acquire with the same Idempotency-Key returns the same token.
 func TestE2EIdempotentReacquireReturnsTheSameToken(t *testing.T) {
-	masters := redistest.StartN(t, 3)
+	masters := durableMasters(t, 3)
 	a := startSidecar(t, masters)
 	post := func() (int, map[string]any) {
 		req, _ := http.NewRequest("POST", a.api+"/locks/report?ttl=30s", nil)
@@ -385,5 +439,82 @@ func TestE2EIdempotentReacquireReturnsTheSameToken(t *testing.T) {
 	c2, second := post()
 	if c1 != 200 || c2 != 200 || first["token"] != second["token"] {
 		t.Fatalf("first %d %v, retry %d %v", c1, first, c2, second)
+	}
+}
+
+// Two addresses that reach one master would count it twice: the sidecar
+// refuses to start and names both.
+func TestE2ERefusesTwoAddressesOfOneMaster(t *testing.T) {
+	masters := durableMasters(t, 2)
+	_, port, _ := net.SplitHostPort(masters[1].Addr())
+	alias := net.JoinHostPort("localhost", port)
+	out := refusedStart(t, []string{masters[0].Addr(), masters[1].Addr(), alias})
+	for _, want := range []string{"refusing to start", masters[1].Addr() + " and " + alias + " are the same server"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("output does not say %q:\n%s", want, out)
+		}
+	}
+}
+
+// A replica's keys follow its master's: the sidecar refuses to start.
+func TestE2ERefusesAReplica(t *testing.T) {
+	masters := durableMasters(t, 2)
+	_, port, _ := net.SplitHostPort(masters[0].Addr())
+	replica := redistest.Start(t, redistest.WithArgs("--replicaof", "127.0.0.1", port))
+	out := refusedStart(t, []string{masters[0].Addr(), masters[1].Addr(), replica.Addr()})
+	if want := replica.Addr() + " is a replica"; !strings.Contains(out, want) {
+		t.Fatalf("output does not say %q:\n%s", want, out)
+	}
+}
+
+// A master that is merely down at start-up is no reason to refuse: it is
+// checked once it answers.
+func TestE2EStartsWithAMasterDown(t *testing.T) {
+	masters := durableMasters(t, 3)
+	masters[2].Kill()
+	a := startSidecar(t, masters)
+	a.acquire(t, "/locks/one-down")
+	if !strings.Contains(a.logText(), "master not checked at start-up") {
+		t.Fatalf("the unchecked master is not logged:\n%s", a.logText())
+	}
+	masters[2].Restart(t)
+	eventually(t, 3*time.Second, "the returning master counts", func() bool {
+		return a.readyzMasters(t)[2]["eligible"] == true
+	})
+}
+
+// A master without persistence killed and restarted empty sits out a
+// probation of the key ttl: the other two keep the quorum, but with one of
+// them down nothing is granted until the probation ends.
+func TestE2ERestartedMasterSitsOutItsProbation(t *testing.T) {
+	const keyTTL = 2 * time.Second
+	masters := redistest.StartN(t, 3) // no persistence: a restart forgets keys
+	a := startSidecar(t, masters, "SIDELOCK_KEY_TTL="+keyTTL.String())
+	took := eventually(t, 3*keyTTL, "fresh masters past their probation", func() bool { return a.readyz(t) == 200 })
+	t.Logf("fresh masters counted %v after the sidecar started", took)
+
+	restartBegan := time.Now()
+	masters[0].Restart(t) // kill -9, then start again, empty
+	var m0 map[string]any
+	eventually(t, time.Second, "/readyz shows the restarted master on probation", func() bool {
+		m0 = a.readyzMasters(t)[0]
+		return m0["eligible"] == false && m0["probation_remaining"] != nil
+	})
+	t.Logf("restarted master in /readyz: %v", m0)
+	a.acquire(t, "/locks/two-masters-left")
+
+	masters[1].Kill()
+	code, body := a.do(t, "POST", "/locks/one-master-left", "")
+	if time.Since(restartBegan) < keyTTL && (code != 503 || body["code"] != "no_quorum") {
+		t.Fatalf("acquire with one eligible master: %d %v", code, body)
+	}
+	eventually(t, 2*keyTTL, "acquire once the probation ends", func() bool {
+		code, _ := a.do(t, "POST", "/locks/one-master-left", "")
+		return code == 200
+	})
+	out := time.Since(restartBegan)
+	t.Logf("acquired %v after the restart began (key ttl %v)", out, keyTTL)
+	if out < keyTTL {
+		t.Fatalf("a quorum counted the restarted master %v after its restart, before the %v probation", out, keyTTL)
 	}
 }

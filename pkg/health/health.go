@@ -1,59 +1,138 @@
-// Package health tells whether a quorum of masters answers: it pings every
-// master in the background and keeps the last result for /readyz and the
-// metrics. It changes no lock and does not gate lock operations, which find
-// out for themselves within the node timeout.
+// Package health tells whether a quorum of masters answers and may be
+// counted on: it pings every master in the background, keeps the last
+// result for /readyz and the metrics, and enforces Redlock's own safety
+// requirements (see guards.go) by deciding which masters count towards a
+// quorum. It does not otherwise gate lock operations, which find out for
+// themselves within the node timeout.
 package health
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
-// NodeState is one master's last ping.
+// NodeState is one master's state after the last round.
 type NodeState struct {
 	Addr      string        `json:"addr"`
 	Up        bool          `json:"up"`
 	Latency   time.Duration `json:"-"`
 	Error     string        `json:"error,omitempty"`
 	CheckedAt time.Time     `json:"checked_at"`
+
+	// Eligible is whether the master's answers count towards a quorum.
+	Eligible bool `json:"eligible"`
+	// Problem says why it does not (empty when eligible).
+	Problem string `json:"problem,omitempty"`
+	// ProbationRemaining is how long a restart probation still keeps it
+	// out, as of the last round.
+	ProbationRemaining Duration `json:"probation_remaining,omitempty"`
+	// RunID, Role and Uptime come from the last ServerInfo read (empty
+	// for masters that cannot describe their server).
+	RunID  string   `json:"run_id,omitempty"`
+	Role   string   `json:"role,omitempty"`
+	Uptime Duration `json:"uptime,omitempty"`
+	// Durable is whether the master keeps acknowledged writes across a
+	// crash; nil when unknown.
+	Durable *bool `json:"durable"`
+	// Warning is a condition that does not keep the master out but may
+	// weaken a guarantee (a master that may lose writes, unreadable server
+	// info).
+	Warning string `json:"warning,omitempty"`
 }
 
 // Report is the state of every master and whether they make a quorum.
 type Report struct {
-	Ready  bool        `json:"ready"`
-	Quorum int         `json:"quorum"`
-	Up     int         `json:"up"`
-	Nodes  []NodeState `json:"masters"`
+	Ready    bool        `json:"ready"`
+	Quorum   int         `json:"quorum"`
+	Up       int         `json:"up"`
+	Eligible int         `json:"eligible"` // up and counted towards a quorum
+	Nodes    []NodeState `json:"masters"`
+	// GuardEvents counts the guards' findings since start.
+	GuardEvents GuardEvents `json:"guard_events"`
 }
 
-// Config tunes the checker.
+// GuardEvents counts what the safety guards found, since the checker
+// started. Each count only grows.
+type GuardEvents struct {
+	// RestartProbation counts masters put on restart probation.
+	RestartProbation int64 `json:"restart_probation"`
+	// NotDurable counts masters found to possibly lose acknowledged writes
+	// (warned about once per master).
+	NotDurable int64 `json:"not_durable"`
+	// Duplicate counts masters found to be the same server as another.
+	Duplicate int64 `json:"duplicate"`
+	// Replica counts masters found to be replicas.
+	Replica int64 `json:"replica"`
+}
+
+// Duration is a time.Duration that JSON shows as people read it ("1.5s").
+type Duration time.Duration
+
+// MarshalJSON writes the duration rounded to the millisecond.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).Round(time.Millisecond).String())
+}
+
+// Config tunes the checker. The zero value pings and reports but keeps no
+// master out of a quorum.
 type Config struct {
 	Interval time.Duration // between rounds (default 1s)
-	Timeout  time.Duration // per ping (default: the node timeout)
+	Timeout  time.Duration // per ping, and per server info read (default 50ms)
 	Now      func() time.Time
 	// OnChange, if set, is called after a round in which a master went up
-	// or down, with the previous and the new report (for logging).
+	// or down or in or out of the quorum, or readiness changed, with the
+	// previous and the new report (for logging).
 	OnChange func(prev, cur Report)
+
+	// RestartGuard is how long a master that may have restarted empty is
+	// kept out of every quorum: at least the longest ttl any client sets on
+	// the masters, so the keys it forgot would have lapsed anyway. 0
+	// disables the restart probation.
+	RestartGuard time.Duration
+	// MastersPersistent is the operator's word that every master keeps
+	// acknowledged writes across a crash (appendonly, appendfsync always).
+	// It stands in for masters whose settings cannot be read; a master that
+	// reports otherwise is still put on probation.
+	MastersPersistent bool
+	// Fencing says fence counters live on the masters, so a master that may
+	// lose writes is warned about (once) and shown in the report.
+	Fencing bool
+	// SetEligible decides whether master i (in the order given to New)
+	// counts towards a quorum; pass redlock.Locker.SetEligible. nil only
+	// reports.
+	SetEligible func(i int, eligible bool)
+	// Logger receives the guards' findings (default: discarded).
+	Logger *slog.Logger
 }
 
-// Checker pings the masters. Report is safe for concurrent use.
+// Checker checks the masters. Report is safe for concurrent use.
 type Checker struct {
 	nodes  []redlock.Node
 	quorum int
 	cfg    Config
 
+	round  sync.Mutex // one round at a time: rounds update guards
+	guards guards
+
 	mu   sync.RWMutex
 	last Report
 }
 
-// New returns a Checker of nodes, ready when quorum of them answer.
+// New returns a Checker of nodes, ready when quorum of them answer and
+// are eligible. With a RestartGuard, every master is kept out of the quorum
+// until the first round has judged it: run a Check before serving.
 func New(nodes []redlock.Node, quorum int, cfg Config) (*Checker, error) {
 	if len(nodes) == 0 || quorum < 1 || quorum > len(nodes) {
 		return nil, errors.New("health: need at least one master and a quorum within their number")
+	}
+	if cfg.RestartGuard < 0 {
+		return nil, errors.New("health: the restart guard must not be negative")
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
@@ -64,10 +143,18 @@ func New(nodes []redlock.Node, quorum int, cfg Config) (*Checker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Checker{nodes: nodes, quorum: quorum, cfg: cfg}
+	if cfg.SetEligible == nil {
+		cfg.SetEligible = func(int, bool) {}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Checker{nodes: nodes, quorum: quorum, cfg: cfg, guards: newGuards(len(nodes))}
 	c.last = Report{Quorum: quorum, Nodes: make([]NodeState, len(nodes))}
+	unjudged := cfg.RestartGuard == 0 // nothing to wait for
 	for i, n := range nodes {
-		c.last.Nodes[i] = NodeState{Addr: n.Addr(), Error: "not checked yet"}
+		c.last.Nodes[i] = NodeState{Addr: n.Addr(), Error: "not checked yet", Eligible: unjudged}
+		cfg.SetEligible(i, unjudged)
 	}
 	return c, nil
 }
@@ -86,21 +173,31 @@ func (c *Checker) Run(ctx context.Context) {
 	}
 }
 
-// Check pings every master once, in parallel, and records the result.
+// Check runs one round: it pings every master and reads its server info,
+// in parallel, applies the guards, tells SetEligible and records the result.
 func (c *Checker) Check(ctx context.Context) Report {
-	states := make([]NodeState, len(c.nodes))
+	c.round.Lock()
+	defer c.round.Unlock()
+	obs := make([]observation, len(c.nodes))
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
-		wg.Go(func() { states[i] = c.ping(ctx, n) })
+		wg.Go(func() { obs[i] = c.observe(ctx, n) })
 	}
 	wg.Wait()
-	r := Report{Quorum: c.quorum, Nodes: states}
+	states, events := c.judge(obs)
+	for i, s := range states {
+		c.cfg.SetEligible(i, s.Eligible)
+	}
+	r := Report{Quorum: c.quorum, Nodes: states, GuardEvents: events}
 	for _, s := range states {
 		if s.Up {
 			r.Up++
 		}
+		if s.Up && s.Eligible {
+			r.Eligible++
+		}
 	}
-	r.Ready = r.Up >= c.quorum
+	r.Ready = r.Eligible >= c.quorum
 	c.mu.Lock()
 	prev := c.last
 	c.last = r
@@ -109,6 +206,35 @@ func (c *Checker) Check(ctx context.Context) Report {
 		c.cfg.OnChange(prev, r)
 	}
 	return r
+}
+
+// observation is what one round saw of one master.
+type observation struct {
+	state  NodeState
+	reader bool                // the node can describe its server
+	info   *redlock.ServerInfo // nil when not read
+	infoAt time.Time           // when info arrived
+	err    error               // why info was not read, for a reader that is up
+}
+
+// observe pings n and, when it answers and can, reads its server info.
+func (c *Checker) observe(ctx context.Context, n redlock.Node) observation {
+	o := observation{state: c.ping(ctx, n)}
+	reader, ok := n.(redlock.ServerInfoReader)
+	o.reader = ok
+	if !ok || !o.state.Up {
+		return o
+	}
+	infoCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	info, err := reader.ServerInfo(infoCtx)
+	o.infoAt = c.cfg.Now()
+	if err != nil {
+		o.err = err
+		return o
+	}
+	o.info = &info
+	return o
 }
 
 func (c *Checker) ping(ctx context.Context, n redlock.Node) NodeState {
@@ -134,7 +260,7 @@ func (c *Checker) Report() Report {
 
 func changed(prev, cur Report) bool {
 	for i := range cur.Nodes {
-		if prev.Nodes[i].Up != cur.Nodes[i].Up {
+		if prev.Nodes[i].Up != cur.Nodes[i].Up || prev.Nodes[i].Eligible != cur.Nodes[i].Eligible {
 			return true
 		}
 	}

@@ -124,20 +124,49 @@ type mastersCollector struct{ report func() health.Report }
 
 var (
 	masterUpDesc = prometheus.NewDesc("sidelock_master_up", "Whether a master answered the last health ping (1) or not (0).", []string{"master"}, nil)
-	quorumDesc   = prometheus.NewDesc("sidelock_quorum", "Whether a quorum of masters answered the last health round (1) or not (0).", nil, nil)
+	quorumDesc   = prometheus.NewDesc("sidelock_quorum", "Whether a quorum of masters answered the last health round and may be counted on (1) or not (0).", nil, nil)
+
+	masterEligibleDesc = prometheus.NewDesc("sidelock_master_eligible",
+		"Whether a master counts towards a quorum (1) or a safety guard keeps it out (0): restart probation, down while a restart could go unnoticed, a replica, or a second address of another master.",
+		[]string{"master"}, nil)
+	masterDurableDesc = prometheus.NewDesc("sidelock_master_durable",
+		"Whether a master keeps acknowledged writes across a crash: 1 (appendonly with appendfsync always), 0 (it may lose them), -1 (unknown: its settings are unreadable or not read yet).",
+		[]string{"master"}, nil)
+	guardEventsDesc = prometheus.NewDesc("sidelock_guard_events_total",
+		"Safety guard findings since start, by guard: restart_probation (a master put on probation), not_durable (a master that may lose writes that matter, once per master), duplicate (a master found to be another's second address), replica (a master found to be a replica).",
+		[]string{"guard"}, nil)
 )
 
 func (c *mastersCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- masterUpDesc
-	ch <- quorumDesc
+	for _, d := range []*prometheus.Desc{masterUpDesc, quorumDesc, masterEligibleDesc, masterDurableDesc, guardEventsDesc} {
+		ch <- d
+	}
 }
 
 func (c *mastersCollector) Collect(ch chan<- prometheus.Metric) {
 	r := c.report()
 	for _, n := range r.Nodes {
 		ch <- prometheus.MustNewConstMetric(masterUpDesc, prometheus.GaugeValue, boolFloat(n.Up), n.Addr)
+		ch <- prometheus.MustNewConstMetric(masterEligibleDesc, prometheus.GaugeValue, boolFloat(n.Eligible), n.Addr)
+		ch <- prometheus.MustNewConstMetric(masterDurableDesc, prometheus.GaugeValue, durability(n.Durable), n.Addr)
 	}
 	ch <- prometheus.MustNewConstMetric(quorumDesc, prometheus.GaugeValue, boolFloat(r.Ready))
+	e := r.GuardEvents
+	for guard, count := range map[string]int64{
+		"restart_probation": e.RestartProbation, "not_durable": e.NotDurable, "duplicate": e.Duplicate, "replica": e.Replica,
+	} {
+		ch <- prometheus.MustNewConstMetric(guardEventsDesc, prometheus.CounterValue, float64(count), guard)
+	}
+}
+
+// durability is -1 when unknown rather than absent, so that one alert on
+// sidelock_master_durable < 1 covers masters known to lose writes and
+// masters that cannot tell.
+func durability(durable *bool) float64 {
+	if durable == nil {
+		return -1
+	}
+	return boolFloat(*durable)
 }
 
 func boolFloat(b bool) float64 {

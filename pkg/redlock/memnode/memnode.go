@@ -1,7 +1,7 @@
 // Package memnode implements an in-memory lock master with the same
 // semantics as a Redis master running sidelock's scripts. It backs dev mode
-// and fast tests, and it can simulate an unreachable (SetDown) or slow
-// (SetDelay) master.
+// and fast tests, and it can simulate an unreachable (SetDown), slow
+// (SetDelay) or restarted (Restart) master.
 //
 // The package deliberately does not import package redlock, so redlock's own
 // internal tests can use it without an import cycle; memnode's own tests
@@ -51,6 +51,7 @@ type Node struct {
 	down, closed     bool
 	delay            time.Duration
 	watchers         map[string]map[*watcher]struct{} // see WatchReleases
+	server           server                           // see ServerInfo
 }
 
 // watcher is one WatchReleases registration; its address is its identity.
@@ -67,6 +68,7 @@ func New(name string, opts ...Option) *Node {
 	for _, opt := range opts {
 		opt(n)
 	}
+	n.server = newServer(n.now())
 	return n
 }
 
