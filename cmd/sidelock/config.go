@@ -33,12 +33,17 @@ type config struct {
 	MaxTTL          time.Duration `envconfig:"MAX_TTL" default:"1h" desc:"longest caller lease"`
 	KeyTTL          time.Duration `envconfig:"KEY_TTL" default:"10s" desc:"ttl of the keys on the masters, renewed every third of it"`
 	MaxWait         time.Duration `envconfig:"MAX_WAIT" default:"5m" desc:"longest wait for a held lock"`
+	MaxHold         time.Duration `envconfig:"MAX_HOLD" default:"24h" desc:"cap on any lease's whole life, heartbeats or held connection alike (0: none)"`
 	Fencing         bool          `envconfig:"FENCING" default:"true" desc:"give every grant a fencing token (one more round to the masters on acquire)"`
 	FenceRetention  time.Duration `envconfig:"FENCE_RETENTION" default:"1h" desc:"how long a lock's fence counter outlives its last grant on a master"`
 	HealthInterval  time.Duration `envconfig:"HEALTH_INTERVAL" default:"1s" desc:"how often the masters are pinged for /readyz"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"5s" desc:"bound on releasing held locks at shutdown"`
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"text" desc:"text (coloured, for humans) or json"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+
+	// The safety guards (package health) run in every health round.
+	MastersPersistent bool          `envconfig:"MASTERS_PERSISTENT" default:"false" desc:"declare every master runs appendonly with appendfsync always, so a restarted master keeps its keys and needs no probation"`
+	RestartGuard      time.Duration `envconfig:"RESTART_GUARD" default:"0" desc:"how long a master that may have restarted empty is kept out of every quorum; 0 = SIDELOCK_KEY_TTL; at least the longest SIDELOCK_KEY_TTL of the sidecars sharing the masters"`
 }
 
 const envPrefix = "SIDELOCK"
@@ -119,8 +124,14 @@ func (c config) validateTiming() []error {
 	if c.FenceRetention < c.MaxTTL && c.Fencing {
 		bad("SIDELOCK_FENCE_RETENTION %v must be at least SIDELOCK_MAX_TTL %v", c.FenceRetention, c.MaxTTL)
 	}
+	if c.MaxHold < 0 {
+		bad("SIDELOCK_MAX_HOLD %v must not be negative", c.MaxHold)
+	}
 	if c.MaxWait < 0 {
 		bad("SIDELOCK_MAX_WAIT %v must not be negative", c.MaxWait)
+	}
+	if c.RestartGuard != 0 && c.RestartGuard < c.KeyTTL {
+		bad("SIDELOCK_RESTART_GUARD %v must be at least SIDELOCK_KEY_TTL %v (or 0 for the key ttl): a master that restarted empty must sit out until the keys it forgot would have lapsed", c.RestartGuard, c.KeyTTL)
 	}
 	if c.HealthInterval < 10*time.Millisecond {
 		bad("SIDELOCK_HEALTH_INTERVAL %v must be at least 10ms", c.HealthInterval)
@@ -129,6 +140,20 @@ func (c config) validateTiming() []error {
 		bad("SIDELOCK_SHUTDOWN_TIMEOUT %v must be positive", c.ShutdownTimeout)
 	}
 	return errs
+}
+
+// restartGuard is how long the health checker keeps a master that may have
+// restarted empty out of every quorum. In-memory masters live and die with
+// the process, so they never come back empty behind its back.
+func (c config) restartGuard() time.Duration {
+	switch {
+	case c.Dev:
+		return 0
+	case c.RestartGuard == 0:
+		return c.KeyTTL // the longest ttl sidelock sets on a master
+	default:
+		return c.RestartGuard
+	}
 }
 
 // loopbackOnly refuses to expose the lock API beyond the pod: anything

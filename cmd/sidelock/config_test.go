@@ -44,6 +44,9 @@ func TestConfigValidation(t *testing.T) {
 		"non-positive shutdown":     func(c *config) { c.ShutdownTimeout = 0 },
 		"health interval too short": func(c *config) { c.HealthInterval = time.Millisecond },
 		"fence retention below ttl": func(c *config) { c.FenceRetention = time.Minute },
+		"negative max hold":         func(c *config) { c.MaxHold = -time.Second },
+		"restart guard below ttl":   func(c *config) { c.RestartGuard = 5 * time.Second },
+		"negative restart guard":    func(c *config) { c.RestartGuard = -time.Second },
 	}
 	for name, mutate := range cases {
 		c := validConfig()
@@ -58,6 +61,23 @@ func TestConfigValidation(t *testing.T) {
 		if err := c.validate(); err != nil {
 			t.Errorf("%s rejected: %v", ok, err)
 		}
+	}
+}
+
+// The restart guard defaults to the key ttl, the longest ttl sidelock sets
+// on a master; in-memory masters cannot restart behind the process's back.
+func TestRestartGuard(t *testing.T) {
+	c := validConfig()
+	if g := c.restartGuard(); g != c.KeyTTL {
+		t.Errorf("default restart guard %v, want the key ttl %v", g, c.KeyTTL)
+	}
+	c.RestartGuard = time.Minute
+	if err := c.validate(); err != nil || c.restartGuard() != time.Minute {
+		t.Errorf("restart guard 1m: %v, %v", c.restartGuard(), err)
+	}
+	c.Dev, c.RedisAddrs = true, nil
+	if g := c.restartGuard(); g != 0 {
+		t.Errorf("dev mode restart guard %v, want none", g)
 	}
 }
 

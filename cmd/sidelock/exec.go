@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -111,7 +112,7 @@ func runExec(ctx context.Context, args []string, getenv func(string) string, std
 		"SIDELOCK_TOKEN="+held.Lease.Token,
 		"SIDELOCK_FENCE="+strconv.FormatInt(held.Lease.Fence, 10))
 	if err := cmd.Start(); err != nil {
-		if errors.Is(err, exec.ErrNotFound) {
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			return exitWith(exitNotFound, "%v", err)
 		}
 		return exitWith(exitCannotRun, "%v", err)

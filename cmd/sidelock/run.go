@@ -47,8 +47,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	switch sub := fs.Arg(0); sub {
 	case "", "serve":
+	case "exec":
+		return runExec(ctx, fs.Args()[1:], getenv, stdout, stderr)
 	default:
-		return fmt.Errorf("unknown command %q (commands: serve)", sub)
+		return fmt.Errorf("unknown command %q (commands: serve, exec)", sub)
 	}
 	cfg, err := loadConfig()
 	if err != nil {
@@ -62,7 +64,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprintf(w, "usage: sidelock [-dev] [serve]\n\nflags:\n")
+	fmt.Fprintf(w, "usage: sidelock [-dev] [serve]\n       sidelock exec [flags] NAME -- COMMAND [ARGS...]   (sidelock exec -h)\n\nflags:\n")
 	fs.PrintDefaults()
 	fmt.Fprintf(w, "\nconfiguration (environment):\n")
 	_ = envconfigUsage(w)
@@ -77,6 +79,9 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 		return err
 	}
 	defer closeNodes(nodes)
+	if err := checkIndependence(ctx, nodes, log); err != nil {
+		return err
+	}
 	locker, err := redlock.New(nodes, redlock.Config{
 		NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor, Fencing: cfg.Fencing, FenceRetention: cfg.FenceRetention,
 	})
@@ -85,10 +90,15 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	}
 	checker, err := health.New(nodes, locker.Quorum(), health.Config{
 		Interval: cfg.HealthInterval, Timeout: cfg.NodeTimeout, OnChange: logHealthChange(log),
+		RestartGuard: cfg.restartGuard(), MastersPersistent: cfg.MastersPersistent, Fencing: cfg.Fencing,
+		SetEligible: locker.SetEligible, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
+	// One round before any listener opens: until the guards have judged
+	// the masters, none counts towards a quorum.
+	checker.Check(ctx)
 	reg := prometheus.NewRegistry()
 	var leases *lease.Manager
 	m := metrics.New(reg, metrics.Sources{
@@ -96,7 +106,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	})
 	leases, err = lease.NewManager(locker, lease.Config{
 		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
-		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, Observer: m, Logger: log,
+		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold, Observer: m, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -183,6 +193,29 @@ func buildNodes(cfg config) ([]redlock.Node, error) {
 	return nodes, nil
 }
 
+// independenceTimeout bounds the start-up check of the masters' identities.
+// A master that has not answered by then is not a reason to refuse: the
+// health rounds check it once it answers.
+const independenceTimeout = 2 * time.Second
+
+// checkIndependence refuses to start on masters that are definitely not
+// independent (two addresses of one server, a replica): Redlock would count
+// one server twice, or a replica's borrowed keys. Masters that do not
+// answer are logged and checked later by the health rounds.
+func checkIndependence(ctx context.Context, nodes []redlock.Node, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, independenceTimeout)
+	defer cancel()
+	unchecked, err := health.CheckIndependence(ctx, nodes)
+	for _, e := range unchecked {
+		log.Warn("master not checked at start-up; the health rounds check it once it answers", "err", e)
+	}
+	if err != nil {
+		return fmt.Errorf("refusing to start: the masters in SIDELOCK_REDIS_ADDRS are not independent, so a lock could be granted twice:\n  - %s",
+			strings.ReplaceAll(err.Error(), "\n", "\n  - "))
+	}
+	return nil
+}
+
 func closeNodes(nodes []redlock.Node) {
 	for _, n := range nodes {
 		_ = n.Close()
@@ -250,7 +283,7 @@ func logHealthChange(log *slog.Logger) func(prev, cur health.Report) {
 			if !cur.Ready {
 				level = slog.LevelError
 			}
-			log.Log(context.Background(), level, "quorum changed", "ready", cur.Ready, "up", cur.Up, "quorum", cur.Quorum)
+			log.Log(context.Background(), level, "quorum changed", "ready", cur.Ready, "up", cur.Up, "eligible", cur.Eligible, "quorum", cur.Quorum)
 		}
 	}
 }
