@@ -1,0 +1,226 @@
+// Package safety holds property tests of sidelock's guarantees under
+// faults, against real redis-server masters.
+package safety
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/health"
+	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/pkg/redistest"
+	"github.com/sidelock/sidelock/pkg/redlock"
+	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
+)
+
+const (
+	masters    = 5
+	sidecars   = 3
+	acquirers  = 6 // two per sidecar
+	keyTTL     = time.Second
+	runFor     = 6 * time.Second
+	chaosEvery = 250 * time.Millisecond
+)
+
+// grant is one acquisition seen by a client: asked at start, granted at end.
+type grant struct {
+	start, end time.Time
+	fence      int64
+}
+
+// sidecar is the in-process core of one sidelock: Redlock with fencing,
+// the health checker and its guards, and the lease manager.
+type sidecar struct {
+	leases  *lease.Manager
+	checker *health.Checker
+}
+
+func startSidecar(t *testing.T, servers []*redistest.Server, persistent bool) *sidecar {
+	nodes := make([]redlock.Node, len(servers))
+	for i, s := range servers {
+		nodes[i] = redisnode.New(redisnode.Options{Addr: s.Addr()})
+		t.Cleanup(func() { nodes[i].Close() })
+	}
+	locker, err := redlock.New(nodes, redlock.Config{Fencing: true, NodeTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checker, err := health.New(nodes, locker.Quorum(), health.Config{
+		Interval: 50 * time.Millisecond, Timeout: 50 * time.Millisecond,
+		RestartGuard: keyTTL, MastersPersistent: persistent, Fencing: true, SetEligible: locker.SetEligible,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go checker.Run(ctx)
+	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "prop:", KeyTTL: keyTTL, DefaultTTL: keyTTL, MaxTTL: time.Hour, MaxWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); m.Close(context.Background()) })
+	return &sidecar{leases: m, checker: checker}
+}
+
+// Several acquirers on three sidecars take turns on one lock while a
+// chaos loop kills masters (kill -9) and restarts them, keeping a minority
+// down at any time. Every grant's fence must exceed the fence of every
+// grant that finished before it began.
+func TestFencesStayMonotonicWhileMastersCrashAndRestart(t *testing.T) {
+	for _, persistent := range []bool{true, false} {
+		t.Run(fmt.Sprintf("persistent=%v", persistent), func(t *testing.T) {
+			var opts []redistest.Option
+			if persistent {
+				opts = append(opts, redistest.WithAppendOnly())
+			}
+			servers := redistest.StartN(t, masters, opts...)
+			cars := make([]*sidecar, sidecars)
+			for i := range cars {
+				cars[i] = startSidecar(t, servers, persistent)
+			}
+			waitReady(t, cars)
+			ctx, cancel := context.WithTimeout(context.Background(), runFor)
+			defer cancel()
+			restarts := make(chan int, 1000)
+			go chaos(ctx, t, servers, restarts)
+			grants, failures := contend(ctx, cars)
+			violations := fenceViolations(grants)
+			var events health.GuardEvents
+			for _, c := range cars {
+				e := c.checker.Report().GuardEvents
+				events.RestartProbation += e.RestartProbation
+				events.NotDurable += e.NotDurable
+			}
+			t.Logf("persistent=%v: %d grants, %d master restarts, %d fence-order violations, failures %v, guard events (all sidecars): restart_probation=%d not_durable=%d",
+				persistent, len(grants), len(restarts), violations, failures, events.RestartProbation, events.NotDurable)
+			if violations != 0 {
+				t.Fatalf("%d fence-order violations", violations)
+			}
+			if len(grants) < 20 {
+				t.Fatalf("only %d grants: the lock should stay available with a minority down", len(grants))
+			}
+		})
+	}
+}
+
+func waitReady(t *testing.T, cars []*sidecar) {
+	deadline := time.Now().Add(10 * time.Second)
+	for _, c := range cars {
+		for !c.checker.Report().Ready {
+			if time.Now().After(deadline) {
+				t.Fatal("sidecars not ready")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// chaos kills a random master and restarts it a moment later, never more
+// than a minority at once; it reports each restart.
+func chaos(ctx context.Context, t *testing.T, servers []*redistest.Server, restarts chan<- int) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	var mu sync.Mutex
+	down := map[int]bool{}
+	tick := time.NewTicker(chaosEvery)
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		i := rng.IntN(len(servers))
+		mu.Lock()
+		if down[i] || len(down) >= len(servers)/2 {
+			mu.Unlock()
+			continue
+		}
+		down[i] = true
+		mu.Unlock()
+		servers[i].Kill()
+		wg.Go(func() {
+			time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
+			servers[i].Restart(t)
+			restarts <- i
+			mu.Lock()
+			delete(down, i)
+			mu.Unlock()
+		})
+	}
+}
+
+// contend runs the acquirers until ctx ends and returns every grant and
+// the failures by kind.
+func contend(ctx context.Context, cars []*sidecar) ([]grant, map[string]int) {
+	var mu sync.Mutex
+	var grants []grant
+	failures := map[string]int{}
+	var wg sync.WaitGroup
+	for i := range acquirers {
+		m := cars[i%len(cars)].leases
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				start := time.Now()
+				in, err := m.Acquire(ctx, lease.Request{Name: "hot", Wait: 500 * time.Millisecond})
+				end := time.Now()
+				mu.Lock()
+				if err == nil {
+					grants = append(grants, grant{start: start, end: end, fence: in.Fence})
+				} else {
+					failures[failureKind(err)]++
+				}
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				time.Sleep(2 * time.Millisecond)
+				_ = m.Release(context.Background(), "hot", in.Token)
+			}
+		})
+	}
+	wg.Wait()
+	return grants, failures
+}
+
+func failureKind(err error) string {
+	switch {
+	case errors.Is(err, lease.ErrLockHeld):
+		return "held"
+	case errors.Is(err, lease.ErrNoQuorum):
+		return "no_quorum"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "stopped"
+	default:
+		return "other"
+	}
+}
+
+// fenceViolations counts grants whose fence is not above that of a grant
+// that finished before they began.
+func fenceViolations(grants []grant) int {
+	byEnd := slices.Clone(grants)
+	slices.SortFunc(byEnd, func(a, b grant) int { return a.end.Compare(b.end) })
+	byStart := slices.Clone(grants)
+	slices.SortFunc(byStart, func(a, b grant) int { return a.start.Compare(b.start) })
+	violations, j := 0, 0
+	var highest int64
+	for _, g := range byStart {
+		for j < len(byEnd) && byEnd[j].end.Before(g.start) {
+			highest = max(highest, byEnd[j].fence)
+			j++
+		}
+		if g.fence <= highest {
+			violations++
+		}
+	}
+	return violations
+}
