@@ -38,15 +38,24 @@ func main() {
 
 	// Held lock: no heartbeats; released when Release closes the stream
 	// or when this process dies.
+	if err := holdWhileWorking(ctx, c); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// holdWhileWorking holds a lock for as long as the work runs, stopping at
+// once if the lock is lost.
+func holdWhileWorking(ctx context.Context, c *client.Client) error {
 	held, err := c.Hold(ctx, "reports/nightly", client.Options{Wait: 10 * time.Second})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer held.Release()
 	fmt.Printf("holding %s with fence %d\n", held.Lease.Name, held.Lease.Fence)
 	select {
 	case <-time.After(3 * time.Second): // the work
+		return nil
 	case <-held.Done(): // lost: stop at once
-		log.Fatalf("lock lost: %+v", held.End())
+		return fmt.Errorf("lock lost: %+v", held.End())
 	}
 }
