@@ -518,3 +518,51 @@ func TestE2ERestartedMasterSitsOutItsProbation(t *testing.T) {
 		t.Fatalf("a quorum counted the restarted master %v after its restart, before the %v probation", out, keyTTL)
 	}
 }
+
+// Waiters on one sidecar process are granted in arrival order.
+func TestE2EWaitersOfOneSidecarAreServedInArrivalOrder(t *testing.T) {
+	masters := durableMasters(t, 3)
+	a := startSidecar(t, masters)
+	tok := a.acquire(t, "/locks/fifo")
+	const waiters = 5
+	order := make(chan int, waiters)
+	for i := range waiters {
+		go func() {
+			code, body := a.do(t, "POST", "/locks/fifo?wait=20s", "")
+			if code != 200 {
+				t.Errorf("waiter %d: %d %v", i, code, body)
+				order <- -1
+				return
+			}
+			order <- i
+			time.Sleep(20 * time.Millisecond)
+			a.do(t, "DELETE", "/locks/fifo", body["token"].(string))
+		}()
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return metricValue(t, a, "sidelock_waiters") == float64(i+1) })
+	}
+	a.do(t, "DELETE", "/locks/fifo", tok)
+	for want := range waiters {
+		if got := <-order; got != want {
+			t.Fatalf("grant %d went to waiter %d: not arrival order", want, got)
+		}
+	}
+}
+
+// metricValue reads one unlabelled gauge from the sidecar's /metrics.
+func metricValue(t *testing.T, s *sidecar, name string) float64 {
+	t.Helper()
+	res, err := http.Get(s.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return -1
+}

@@ -87,6 +87,16 @@ func newLease(m *Manager, req Request) (*lease, error) {
 	}, nil
 }
 
+// lapsesIn is how long until the lease ends if its caller says nothing
+// more: unknown (0) for a held lease, which lives as long as a connection.
+// The caller holds the Manager's lock.
+func (l *lease) lapsesIn(now time.Time) time.Duration {
+	if l.hold {
+		return 0
+	}
+	return max(0, l.expiresAt.Sub(now))
+}
+
 // hasToken compares in constant time, so response timing leaks nothing.
 func (l *lease) hasToken(token string) bool {
 	return subtle.ConstantTimeCompare([]byte(l.token), []byte(token)) == 1

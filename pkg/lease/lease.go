@@ -63,6 +63,8 @@ type Config struct {
 	MaxTTL     time.Duration // longest caller ttl
 	MaxWait    time.Duration // longest wait for a held lock
 	MaxHold    time.Duration // cap on any lease's life (0: none)
+	MaxLocks   int           // live leases at once (0: DefaultMaxLocks); see limits.go
+	MaxWaiters int           // callers waiting at once (0: DefaultMaxWaiters)
 	Now        func() time.Time
 	Observer   Observer
 	Logger     *slog.Logger
@@ -84,7 +86,7 @@ func (c Config) Validate() error {
 	case c.MaxHold < 0:
 		return fmt.Errorf("max hold %v must not be negative", c.MaxHold)
 	}
-	return nil
+	return c.validateLimits()
 }
 
 // Request asks for a lock.
@@ -137,6 +139,7 @@ type Manager struct {
 
 	stopping chan struct{} // closed by Close: every lease releases
 	wg       sync.WaitGroup
+	limits   limiter
 
 	mu      sync.Mutex
 	closing bool
@@ -154,6 +157,7 @@ func NewManager(locker *redlock.Locker, cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg = cfg.withLimitDefaults()
 	obs := cfg.Observer
 	if obs == nil {
 		obs = nopObserver{}
@@ -191,7 +195,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Info, error) {
 	} else if req.Wait == 0 {
 		info, err = m.tryAcquire(ctx, req, false)
 	} else {
-		info, err = m.acquireWaiting(ctx, req, start.Add(req.Wait))
+		info, err = m.acquireWaitingWithinLimit(ctx, req, start.Add(req.Wait))
 		m.obs.Waited(outcomeOf(err), m.cfg.Now().Sub(start))
 	}
 	m.obs.Acquisition(outcomeOf(err), m.cfg.Now().Sub(start))
@@ -254,10 +258,13 @@ func (m *Manager) reserve(name string, fromQueue bool) error {
 		return &HeldError{}
 	}
 	if l, ok := m.leases[name]; ok {
-		return &HeldError{RetryAfter: max(0, l.infoLocked(false).LeaseExpiresAt.Sub(m.cfg.Now()))}
+		return &HeldError{RetryAfter: l.lapsesIn(m.cfg.Now())}
 	}
 	if _, ok := m.pending[name]; ok {
 		return &HeldError{}
+	}
+	if err := m.checkLockLimitLocked(); err != nil {
+		return err
 	}
 	m.pending[name] = struct{}{}
 	return nil
@@ -420,6 +427,8 @@ func outcomeOf(err error) Outcome {
 		return OutcomeNoQuorum
 	case errors.Is(err, ErrInvalid):
 		return OutcomeInvalid
+	case errors.Is(err, ErrTooManyLocks), errors.Is(err, ErrTooManyWaiters):
+		return OutcomeLimited
 	default:
 		return OutcomeError
 	}

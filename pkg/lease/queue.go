@@ -75,6 +75,8 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 		return Info{}, &HeldError{}
 	case <-ctx.Done():
 		return Info{}, ctx.Err()
+	case <-m.stopping:
+		return Info{}, ErrShuttingDown
 	}
 	for {
 		info, err := m.tryAcquire(ctx, req, true)
@@ -95,6 +97,9 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 		case <-ctx.Done():
 			t.Stop()
 			return Info{}, ctx.Err()
+		case <-m.stopping:
+			t.Stop()
+			return Info{}, ErrShuttingDown
 		}
 		t.Stop()
 	}

@@ -218,3 +218,30 @@ func TestRacingSidecarsNeitherLivelockNorOverlap(t *testing.T) {
 		t.Fatalf("%d grants, want %d", grants.Load(), sidecars*perSidecar*rounds)
 	}
 }
+
+// Shutdown ends waits at once: a waiter is not left hanging until its
+// wait runs out while the sidecar stops.
+func TestCloseEndsWaits(t *testing.T) {
+	f := newFixture(t, 10*time.Second)
+	if _, err := f.m.Acquire(context.Background(), lease.Request{Name: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 2)
+	for range 2 { // the head and one behind it
+		go func() {
+			_, err := f.m.Acquire(context.Background(), lease.Request{Name: "q", Wait: 10 * time.Second})
+			done <- err
+		}()
+	}
+	eventually(t, time.Second, "waiters queued", func() bool { return f.m.Waiters() == 2 })
+	start := time.Now()
+	f.m.Close(context.Background())
+	for range 2 {
+		if err := <-done; !errors.Is(err, lease.ErrShuttingDown) {
+			t.Fatalf("waiter: %v, want ErrShuttingDown", err)
+		}
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("waits ended %v after Close", took)
+	}
+}
