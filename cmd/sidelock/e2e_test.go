@@ -526,8 +526,10 @@ func TestE2EWaitersOfOneSidecarAreServedInArrivalOrder(t *testing.T) {
 	tok := a.acquire(t, "/locks/fifo")
 	const waiters = 5
 	order := make(chan int, waiters)
+	var wg sync.WaitGroup
+	defer wg.Wait() // each waiter releases before the sidecar stops
 	for i := range waiters {
-		go func() {
+		wg.Go(func() {
 			code, body := a.do(t, "POST", "/locks/fifo?wait=20s", "")
 			if code != 200 {
 				t.Errorf("waiter %d: %d %v", i, code, body)
@@ -537,7 +539,7 @@ func TestE2EWaitersOfOneSidecarAreServedInArrivalOrder(t *testing.T) {
 			order <- i
 			time.Sleep(20 * time.Millisecond)
 			a.do(t, "DELETE", "/locks/fifo", body["token"].(string))
-		}()
+		})
 		eventually(t, 5*time.Second, "waiter queued", func() bool { return metricValue(t, a, "sidelock_waiters") == float64(i+1) })
 	}
 	a.do(t, "DELETE", "/locks/fifo", tok)
