@@ -120,7 +120,7 @@ func (l *lease) do(ctx context.Context, o op) (Info, error) {
 func (l *lease) run() {
 	defer l.m.wg.Done()
 	defer close(l.done)
-	renew := time.NewTimer(l.renewInterval())
+	renew := time.NewTimer(l.aligned(l.renewInterval()))
 	defer renew.Stop()
 	lapse := time.NewTimer(l.expiresAt.Sub(l.m.cfg.Now()))
 	defer lapse.Stop()
@@ -140,7 +140,7 @@ func (l *lease) run() {
 				l.end(EndLost, err)
 				return
 			}
-			renew.Reset(next)
+			renew.Reset(l.aligned(next))
 		case <-lapse.C:
 			l.end(EndExpired, nil)
 			return
@@ -159,12 +159,30 @@ func (l *lease) run() {
 				l.end(EndLost, err)
 				return
 			}
-			renew.Reset(l.renewInterval())
+			renew.Reset(l.aligned(l.renewInterval()))
 			if !l.hold {
 				lapse.Reset(l.expiresAt.Sub(l.m.cfg.Now()))
 			}
 		}
 	}
+}
+
+// renewQuantum aligns renewals to a grid so that leases falling due close
+// together renew at the same instant, and their calls are coalesced into
+// one pipeline per master instead of one round trip each.
+const renewQuantum = 50 * time.Millisecond
+
+// aligned shortens d so that it ends on the renewal grid; it never delays
+// a renewal, and leaves short intervals (retries, tiny key ttls) alone.
+func (l *lease) aligned(d time.Duration) time.Duration {
+	if d < 4*renewQuantum {
+		return d
+	}
+	now := l.m.cfg.Now()
+	if a := now.Add(d).Truncate(renewQuantum).Sub(now); a > 0 {
+		return a
+	}
+	return d
 }
 
 // renewInterval is a third of the key ttl: two more tries fit before the

@@ -18,6 +18,7 @@ import (
 var (
 	_ redlock.Node           = (*Node)(nil)
 	_ redlock.ReleaseWatcher = (*Node)(nil)
+	_ redlock.BatchExtender  = (*Node)(nil)
 )
 
 func TestConformance(t *testing.T) {

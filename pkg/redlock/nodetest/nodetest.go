@@ -89,6 +89,8 @@ func Run(t *testing.T, newNode func(t *testing.T) redlock.Node) {
 		{"FenceCommitNeedsTheKey", testFenceCommitNeedsKey},
 		{"FenceCounterExpires", testFenceCounterExpires},
 		{"FenceNotReadForAHeldKey", testFenceHeldByOther},
+		// Skipped for nodes that do not implement redlock.BatchExtender.
+		{"ExtendManyIsExtendForEach", testExtendMany},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

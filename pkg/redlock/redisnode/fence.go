@@ -32,7 +32,7 @@ func (n *Node) AcquireFenced(ctx context.Context, key, fenceKey, value string, t
 	if err := ctx.Err(); err != nil {
 		return false, 0, 0, n.wrap(ctx, "acquire", err)
 	}
-	reply, err := acquireFencedScript.Run(ctx, n.client, []string{key, fenceKey}, value, milliseconds(ttl)).Int64Slice()
+	reply, err := n.pipe.run(ctx, acquireFencedScript, []string{key, fenceKey}, value, milliseconds(ttl)).Int64Slice()
 	if err != nil {
 		return false, 0, 0, n.wrap(ctx, "acquire", err)
 	}
@@ -50,7 +50,7 @@ func (n *Node) CommitFence(ctx context.Context, key, fenceKey, value string, fen
 	if err := ctx.Err(); err != nil {
 		return false, n.wrap(ctx, "commit fence", err)
 	}
-	ok, err := commitFenceScript.Run(ctx, n.client, []string{key, fenceKey}, value, fence, milliseconds(retention)).Int64()
+	ok, err := n.pipe.run(ctx, commitFenceScript, []string{key, fenceKey}, value, fence, milliseconds(retention)).Int64()
 	if err != nil {
 		return false, n.wrap(ctx, "commit fence", err)
 	}
@@ -62,7 +62,7 @@ func (n *Node) GetFenced(ctx context.Context, key, fenceKey string) (string, tim
 	if err := ctx.Err(); err != nil {
 		return "", 0, 0, n.wrap(ctx, "get", err)
 	}
-	reply, err := getFencedScript.Run(ctx, n.client, []string{key, fenceKey}).Slice()
+	reply, err := n.pipe.run(ctx, getFencedScript, []string{key, fenceKey}).Slice()
 	if err != nil {
 		return "", 0, 0, n.wrap(ctx, "get", err)
 	}

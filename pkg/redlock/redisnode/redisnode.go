@@ -62,10 +62,14 @@ type Options struct {
 	Password string
 	// TLS enables TLS when non-nil. An empty ServerName is taken from Addr.
 	TLS *tls.Config
-	// PoolSize caps concurrent connections to this master; 0 keeps go-redis's
-	// default of 10 per GOMAXPROCS. Each lock operation holds a connection
-	// for one round trip, so the default is ample for a sidecar.
+	// PoolSize caps the connections for pings, server-info reads and
+	// script loads (default 1).
 	PoolSize int
+	// Pipelines is how many pipelines of coalesced lock calls may be in
+	// flight at once (default 1), each on its own connection. Lock calls
+	// of every caller of the pod are coalesced into them, so by default a
+	// node keeps 2 command connections plus 1 release subscription.
+	Pipelines int
 }
 
 // Node is a redlock.Node backed by one Redis master. It is safe for
@@ -73,14 +77,22 @@ type Options struct {
 type Node struct {
 	addr     string
 	client   *redis.Client
-	releases releases // see WatchReleases
+	pipe     *pipeliner // every scripted call goes through it
+	releases releases   // see WatchReleases
 }
 
 // New returns a Node for the master at opts.Addr. It does not connect: the
 // first call dials, and a master that is down only fails the calls made
 // while it is down.
 func New(opts Options) *Node {
-	return &Node{addr: opts.Addr, client: redis.NewClient(clientOptions(opts))}
+	if opts.Pipelines <= 0 {
+		opts.Pipelines = defaultPipelines
+	}
+	if opts.PoolSize <= 0 {
+		opts.PoolSize = 1
+	}
+	client := redis.NewClient(clientOptions(opts))
+	return &Node{addr: opts.Addr, client: client, pipe: newPipeliner(client, opts.Pipelines)}
 }
 
 func clientOptions(opts Options) *redis.Options {
@@ -111,7 +123,12 @@ func clientOptions(opts Options) *redis.Options {
 		MaxRetries:    -1,
 		DialerRetries: 1,
 
-		PoolSize: opts.PoolSize,
+		// Connection budget: go-redis keeps pipelines on a pool of their
+		// own, sized to our pipeline workers; the regular pool (pings,
+		// server info, script loads) is capped hard.
+		PipelinePoolSize: opts.Pipelines,
+		PoolSize:         opts.PoolSize,
+		MaxActiveConns:   opts.PoolSize,
 
 		// RESP2 is all the scripts need, and it works with every Redis
 		// version and with proxies that do not speak RESP3. RESP3 would
@@ -134,7 +151,7 @@ func (n *Node) Acquire(ctx context.Context, key, value string, ttl time.Duration
 	if err := ctx.Err(); err != nil {
 		return false, 0, n.wrap(ctx, "acquire", err)
 	}
-	reply, err := acquireScript.Run(ctx, n.client, []string{key}, value, milliseconds(ttl)).Int64Slice()
+	reply, err := n.pipe.run(ctx, acquireScript, []string{key}, value, milliseconds(ttl)).Int64Slice()
 	if err != nil {
 		return false, 0, n.wrap(ctx, "acquire", err)
 	}
@@ -152,7 +169,7 @@ func (n *Node) Extend(ctx context.Context, key, value string, ttl time.Duration)
 	if err := ctx.Err(); err != nil {
 		return false, n.wrap(ctx, "extend", err)
 	}
-	extended, err := extendScript.Run(ctx, n.client, []string{key}, value, milliseconds(ttl)).Bool()
+	extended, err := n.pipe.run(ctx, extendScript, []string{key}, value, milliseconds(ttl)).Bool()
 	if err != nil {
 		return false, n.wrap(ctx, "extend", err)
 	}
@@ -164,7 +181,7 @@ func (n *Node) Release(ctx context.Context, key, value string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, n.wrap(ctx, "release", err)
 	}
-	released, err := releaseScript.Run(ctx, n.client, []string{key}, value).Bool()
+	released, err := n.pipe.run(ctx, releaseScript, []string{key}, value).Bool()
 	if err != nil {
 		return false, n.wrap(ctx, "release", err)
 	}
@@ -176,7 +193,7 @@ func (n *Node) Get(ctx context.Context, key string) (string, time.Duration, erro
 	if err := ctx.Err(); err != nil {
 		return "", 0, n.wrap(ctx, "get", err)
 	}
-	reply, err := getScript.Run(ctx, n.client, []string{key}).Slice()
+	reply, err := n.pipe.run(ctx, getScript, []string{key}).Slice()
 	if errors.Is(err, redis.Nil) {
 		return "", 0, nil
 	}
@@ -216,6 +233,7 @@ func (n *Node) Close() error {
 	// The PubSub goes first: it dials through the client, and its
 	// goroutines must be gone before the client is.
 	n.releases.close()
+	n.pipe.close()
 	if err := n.client.Close(); err != nil {
 		return fmt.Errorf("redis %s: close: %w", n.addr, err)
 	}

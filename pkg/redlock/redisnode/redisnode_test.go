@@ -3,8 +3,10 @@ package redisnode_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -253,4 +255,38 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	runAll() // EVALSHA fails with NOSCRIPT again and must fall back
+}
+
+// Concurrent callers share a couple of pipelined connections instead of
+// holding one each.
+func TestConcurrentCallsCoalesceOntoFewConnections(t *testing.T) {
+	srv := redistest.Start(t)
+	n := redisnode.New(redisnode.Options{Addr: srv.Addr()})
+	defer n.Close()
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			key := fmt.Sprintf("coalesce/%d", i)
+			if ok, _, err := n.Acquire(ctx, key, "v", time.Minute); !ok || err != nil {
+				t.Errorf("acquire %s: %v %v", key, ok, err)
+			}
+			if _, err := n.Release(ctx, key, "v"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	// Count the server's clients with a single connection of our own.
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2, PoolSize: 1, MaxActiveConns: 1})
+	defer admin.Close()
+	list, err := admin.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 2 // one pipeline and one for pings and script loads, by default
+	if conns := strings.Count(list, "\n") - 1; conns > budget {
+		t.Fatalf("%d connections after 200 concurrent callers, want at most %d:\n%s", conns, budget, list)
+	}
 }

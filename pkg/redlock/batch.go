@@ -1,0 +1,97 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Batched renewal: a sidecar holding thousands of locks renews them in one
+// call per master per tick instead of one round (and one script run) per
+// lock.
+
+// ExtendItem is one key to extend in a batch. It is an alias of a plain
+// struct type so that nodes can implement BatchExtender without importing
+// this package (memnode does not, to stay usable from its tests).
+type ExtendItem = struct {
+	Key   string
+	Value string
+	TTL   time.Duration
+}
+
+// BatchExtender is implemented by nodes that can extend many keys in one
+// call, with Extend's semantics for each.
+type BatchExtender interface {
+	ExtendMany(ctx context.Context, items []ExtendItem) ([]bool, error)
+}
+
+// maxExtendBatch bounds one call's size, so a batch stays far inside the
+// node timeout on the master.
+const maxExtendBatch = 1000
+
+// ExtendMany extends every item as Extend would, with one call per master
+// per maxExtendBatch items. The result for item i is its Grant or its error
+// (matching ErrNotHeld or ErrNoQuorum).
+func (l *Locker) ExtendMany(ctx context.Context, items []ExtendItem) ([]Grant, []error) {
+	grants := make([]Grant, len(items))
+	errs := make([]error, len(items))
+	for lo := 0; lo < len(items); lo += maxExtendBatch {
+		hi := min(lo+maxExtendBatch, len(items))
+		l.extendChunk(ctx, items[lo:hi], grants[lo:hi], errs[lo:hi])
+	}
+	return grants, errs
+}
+
+func (l *Locker) extendChunk(ctx context.Context, items []ExtendItem, grants []Grant, errs []error) {
+	start := l.now()
+	answers := make([][]bool, len(l.nodes))
+	nodeErrs := make([]error, len(l.nodes))
+	var wg sync.WaitGroup
+	for i, n := range l.nodes {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, l.nodeTimeout)
+			defer cancel()
+			answers[i], nodeErrs[i] = extendOn(ctx, n, items)
+		})
+	}
+	wg.Wait()
+	for k, it := range items {
+		replies := make([]reply, len(l.nodes))
+		for i := range l.nodes {
+			switch {
+			case nodeErrs[i] != nil:
+				replies[i] = reply{err: nodeErrs[i]}
+			case !l.eligible[i].Load():
+				replies[i] = reply{err: errIneligible}
+			default:
+				replies[i] = reply{ok: answers[i][k], held: !answers[i][k]}
+			}
+		}
+		t := tally(replies)
+		grants[k], errs[k] = l.judge(t, start, it.TTL)
+		if errs[k] != nil && t.held > len(l.nodes)-l.quorum {
+			errs[k] = fmt.Errorf("%w: %d of %d masters hold another value", ErrNotHeld, t.held, len(l.nodes))
+		}
+	}
+}
+
+// extendOn extends items on one node: in one call when it can batch.
+func extendOn(ctx context.Context, n Node, items []ExtendItem) ([]bool, error) {
+	if b, ok := n.(BatchExtender); ok {
+		out, err := b.ExtendMany(ctx, items)
+		if err == nil && len(out) != len(items) {
+			err = fmt.Errorf("%s: %d answers for %d keys", n.Addr(), len(out), len(items))
+		}
+		return out, err
+	}
+	out := make([]bool, len(items))
+	for i, it := range items {
+		ok, err := n.Extend(ctx, it.Key, it.Value, it.TTL)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = ok
+	}
+	return out, nil
+}
