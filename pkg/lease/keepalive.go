@@ -23,6 +23,7 @@ type lease struct {
 	acquiredAt     time.Time
 	fence          int64 // set before the goroutine starts, never changed
 	ops            chan op
+	lost           chan error    // the renewer reports a lost lock here
 	done           chan struct{} // closed when the goroutine has ended the lease
 
 	// hold: the caller's connection keeps the lease; no heartbeat needed.
@@ -30,8 +31,10 @@ type lease struct {
 	// maxHoldAt ends the lease whatever the caller does (zero: no cap).
 	maxHoldAt time.Time
 
-	// Guarded by the Manager's lock: the event subscribers.
+	// Guarded by the Manager's lock: the event subscribers, and the
+	// renewal slot the lease waits in (see renewer.go; -1 once ended).
 	subscribers map[*subscriber]struct{}
+	renewSlot   int64
 
 	// Written by run only; read under the Manager's or snapshot's lock.
 	ttl        time.Duration
@@ -78,6 +81,7 @@ func newLease(m *Manager, req Request) (*lease, error) {
 		idempotencyKey: req.IdempotencyKey,
 		acquiredAt:     now,
 		ops:            make(chan op),
+		lost:           make(chan error, 1),
 		done:           make(chan struct{}),
 		ttl:            req.TTL,
 		keyTTL:         m.keyTTL(req.TTL),
@@ -116,12 +120,12 @@ func (l *lease) do(ctx context.Context, o op) (Info, error) {
 	return r.info, r.err
 }
 
-// run keeps the key alive on the masters until the lease ends.
+// run owns the lease until it ends: heartbeats, release, lapse, cap,
+// shutdown, and the loss the renewer reports. Renewals themselves are
+// batched across leases by the Manager's renewer (renewer.go).
 func (l *lease) run() {
 	defer l.m.wg.Done()
 	defer close(l.done)
-	renew := time.NewTimer(l.aligned(l.renewInterval()))
-	defer renew.Stop()
 	lapse := time.NewTimer(l.expiresAt.Sub(l.m.cfg.Now()))
 	defer lapse.Stop()
 	if l.hold {
@@ -134,13 +138,9 @@ func (l *lease) run() {
 		case <-maxHold.C:
 			l.end(EndMaxHold, nil)
 			return
-		case <-renew.C:
-			next, err := l.renew()
-			if err != nil {
-				l.end(EndLost, err)
-				return
-			}
-			renew.Reset(l.aligned(next))
+		case err := <-l.lost:
+			l.end(EndLost, err)
+			return
 		case <-lapse.C:
 			l.end(EndExpired, nil)
 			return
@@ -159,7 +159,6 @@ func (l *lease) run() {
 				l.end(EndLost, err)
 				return
 			}
-			renew.Reset(l.aligned(l.renewInterval()))
 			if !l.hold {
 				lapse.Reset(l.expiresAt.Sub(l.m.cfg.Now()))
 			}
@@ -167,22 +166,12 @@ func (l *lease) run() {
 	}
 }
 
-// renewQuantum aligns renewals to a grid so that leases falling due close
-// together renew at the same instant, and their calls are coalesced into
-// one pipeline per master instead of one round trip each.
-const renewQuantum = 50 * time.Millisecond
-
-// aligned shortens d so that it ends on the renewal grid; it never delays
-// a renewal, and leaves short intervals (retries, tiny key ttls) alone.
-func (l *lease) aligned(d time.Duration) time.Duration {
-	if d < 4*renewQuantum {
-		return d
+// lose tells the lease's goroutine that the lock is lost.
+func (l *lease) lose(err error) {
+	select {
+	case l.lost <- err:
+	default: // already told
 	}
-	now := l.m.cfg.Now()
-	if a := now.Add(d).Truncate(renewQuantum).Sub(now); a > 0 {
-		return a
-	}
-	return d
 }
 
 // renewInterval is a third of the key ttl: two more tries fit before the
@@ -191,26 +180,6 @@ func (l *lease) renewInterval() time.Duration { return l.keyTTL / 3 }
 
 // retryInterval spaces renewals after a failed one.
 func (l *lease) retryInterval() time.Duration { return max(l.keyTTL/10, 10*time.Millisecond) }
-
-// renew extends the key on a quorum. It returns when to renew next, or an
-// error once the lock is lost: others hold it, or the validity ran out
-// before any renewal reached a quorum.
-func (l *lease) renew() (time.Duration, error) {
-	err := l.confirm()
-	l.m.obs.Renewal(err == nil)
-	switch {
-	case err == nil:
-		l.publish(Event{Kind: EventRenewed, ValidUntil: l.snapshot().ValidUntil})
-		return l.renewInterval(), nil
-	case errors.Is(err, ErrLeaseGone):
-		return 0, err
-	}
-	left := l.snapshot().ValidUntil.Sub(l.m.cfg.Now())
-	if left <= 0 {
-		return 0, err
-	}
-	return min(l.retryInterval(), left), nil
-}
 
 // confirm extends the key on a quorum while the previous grant is still
 // valid; after that the lock may have been free and granted to another, so
@@ -228,7 +197,7 @@ func (l *lease) confirm() error {
 		return err
 	}
 	l.m.mu.Lock()
-	l.validUntil = grant.ValidUntil
+	l.validUntil = later(l.validUntil, grant.ValidUntil)
 	l.m.mu.Unlock()
 	return nil
 }
@@ -253,6 +222,11 @@ func (l *lease) extend(ttl time.Duration) (Info, error) {
 	if errors.Is(err, ErrLeaseGone) {
 		return Info{}, err
 	}
+	if err == nil {
+		l.m.mu.Lock()
+		l.m.scheduleLocked(l, now.Add(l.renewInterval()))
+		l.m.mu.Unlock()
+	}
 	// A transient miss leaves the lease valid until its last ValidUntil.
 	info := l.info(true)
 	if err == nil {
@@ -266,6 +240,7 @@ func (l *lease) end(reason EndReason, cause error) {
 	err := l.m.locker.Release(context.Background(), l.key, l.value)
 	l.m.mu.Lock()
 	delete(l.m.leases, l.name)
+	l.renewSlot = -1
 	l.m.wakeQueueLocked(l.name)
 	l.closeSubscribersLocked(reason)
 	l.m.mu.Unlock()

@@ -147,6 +147,9 @@ type Manager struct {
 	pending map[string]struct{} // names being acquired right now
 	queues  map[string]*queue   // callers waiting, by name
 	waiting int                 // callers in all queues
+	// renewals is the renewal grid: leases by the slot they renew in.
+	renewals    map[int64][]*lease
+	renewerDone chan struct{}
 }
 
 // NewManager returns a Manager that locks through locker.
@@ -166,16 +169,20 @@ func NewManager(locker *redlock.Locker, cfg Config) (*Manager, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{
-		locker:   locker,
-		cfg:      cfg,
-		obs:      obs,
-		log:      log,
-		stopping: make(chan struct{}),
-		leases:   make(map[string]*lease),
-		pending:  make(map[string]struct{}),
-		queues:   make(map[string]*queue),
-	}, nil
+	m := &Manager{
+		locker:      locker,
+		cfg:         cfg,
+		obs:         obs,
+		log:         log,
+		stopping:    make(chan struct{}),
+		leases:      make(map[string]*lease),
+		pending:     make(map[string]struct{}),
+		queues:      make(map[string]*queue),
+		renewals:    make(map[int64][]*lease),
+		renewerDone: make(chan struct{}),
+	}
+	go m.renewLoop()
+	return m, nil
 }
 
 // Acquire takes the lock for req, waiting up to req.Wait in this sidecar's
@@ -285,6 +292,7 @@ func (m *Manager) start(l *lease) error {
 		return ErrShuttingDown
 	}
 	m.leases[l.name] = l
+	m.scheduleLocked(l, l.acquiredAt.Add(l.renewInterval()))
 	m.wg.Add(1)
 	go l.run()
 	return nil
@@ -373,7 +381,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	done := make(chan struct{})
-	go func() { m.wg.Wait(); close(done) }()
+	go func() { m.wg.Wait(); <-m.renewerDone; close(done) }()
 	select {
 	case <-done:
 		return nil

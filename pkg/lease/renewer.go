@@ -1,0 +1,116 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/redlock"
+)
+
+// Batched renewal. Leases do not renew themselves: each waits in a slot of
+// a renewal grid (renewQuantum wide), and the Manager's one renewer
+// goroutine extends every lease whose slot has come with one ExtendMany
+// call per master. Thousands of held locks then cost a few script calls
+// per tick, not a round trip each. A lease is renewed every third of its
+// key ttl (never later: slots round down); after a failed renewal it is
+// retried every tenth, until its validity runs out and it is lost.
+
+// renewQuantum is the width of a renewal slot and the renewer's tick.
+const renewQuantum = 50 * time.Millisecond
+
+func slotOf(t time.Time) int64 { return t.UnixNano() / int64(renewQuantum) }
+
+// scheduleLocked puts l in the slot of at. The caller holds m.mu.
+func (m *Manager) scheduleLocked(l *lease, at time.Time) {
+	if l.renewSlot == -1 {
+		return // ended
+	}
+	s := slotOf(at)
+	l.renewSlot = s
+	m.renewals[s] = append(m.renewals[s], l)
+}
+
+// renewLoop ticks until the Manager closes.
+func (m *Manager) renewLoop() {
+	defer close(m.renewerDone)
+	t := time.NewTicker(renewQuantum)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stopping:
+			return
+		case <-t.C:
+			m.renewDue(m.cfg.Now())
+		}
+	}
+}
+
+// renewDue renews every live lease whose slot has come.
+func (m *Manager) renewDue(now time.Time) {
+	due, items := m.takeDue(now)
+	if len(due) == 0 {
+		return
+	}
+	grants, errs := m.locker.ExtendMany(context.Background(), items)
+	for i, l := range due {
+		m.renewed(l, now, grants[i], errs[i])
+	}
+}
+
+// takeDue removes the due leases from the grid. A lease whose validity
+// has already run out is lost, not renewed: the lock may have been free.
+func (m *Manager) takeDue(now time.Time) ([]*lease, []redlock.ExtendItem) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	current := slotOf(now)
+	var due []*lease
+	var items []redlock.ExtendItem
+	for s, ls := range m.renewals {
+		if s > current {
+			continue
+		}
+		delete(m.renewals, s)
+		for _, l := range ls {
+			if l.renewSlot != s || m.leases[l.name] != l {
+				continue // rescheduled or ended since
+			}
+			if !now.Before(l.validUntil) {
+				l.lose(ErrLeaseGone)
+				continue
+			}
+			due = append(due, l)
+			items = append(items, redlock.ExtendItem{Key: l.key, Value: l.value, TTL: l.keyTTL})
+		}
+	}
+	return due, items
+}
+
+// renewed applies one lease's renewal result.
+func (m *Manager) renewed(l *lease, now time.Time, g redlock.Grant, err error) {
+	m.obs.Renewal(err == nil)
+	if errors.Is(err, redlock.ErrNotHeld) {
+		l.lose(errors.Join(ErrLeaseGone, err))
+		return
+	}
+	m.mu.Lock()
+	if err == nil {
+		l.validUntil = later(l.validUntil, g.ValidUntil)
+		m.scheduleLocked(l, now.Add(l.renewInterval()))
+	} else {
+		left := l.validUntil.Sub(now)
+		m.scheduleLocked(l, now.Add(min(l.retryInterval(), max(left, 0))))
+	}
+	validUntil := l.validUntil
+	m.mu.Unlock()
+	if err == nil {
+		l.publish(Event{Kind: EventRenewed, ValidUntil: validUntil})
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
