@@ -163,6 +163,17 @@ func acquireHTTP(b *testing.B, c *http.Client, base, name string) string {
 	return tok
 }
 
+// tryAcquireHTTPQuiet posts to url and reports whether it got the lock.
+func tryAcquireHTTPQuiet(c *http.Client, url string) (string, bool) {
+	res, err := c.Post(url, "", nil)
+	if err != nil {
+		return "", false
+	}
+	defer res.Body.Close()
+	_, _ = io.Copy(io.Discard, res.Body)
+	return "", res.StatusCode == http.StatusOK
+}
+
 // tryAcquireHTTP posts to url; false means 409 (held).
 func tryAcquireHTTP(b *testing.B, c *http.Client, url string) (string, bool) {
 	res, err := c.Post(url, "", nil)

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,11 +35,11 @@ func BenchmarkSidecarIdleRSS(b *testing.B) {
 	for i, s := range servers {
 		addrs[i] = s.Addr()
 	}
-	var rssKB, readyMS float64
+	var rssKB, heldKB, readyMS float64
 	for b.Loop() {
-		admin := freeAddr(b)
+		admin, api := freeAddr(b), freeAddr(b)
 		cmd := exec.Command(bin)
-		cmd.Env = []string{"SIDELOCK_REDIS_ADDRS=" + strings.Join(addrs, ","), "SIDELOCK_LISTEN_ADDR=" + freeAddr(b), "SIDELOCK_ADMIN_ADDR=" + admin, "SIDELOCK_LOG_LEVEL=warn"}
+		cmd.Env = []string{"SIDELOCK_REDIS_ADDRS=" + strings.Join(addrs, ","), "SIDELOCK_LISTEN_ADDR=" + api, "SIDELOCK_ADMIN_ADDR=" + admin, "SIDELOCK_LOG_LEVEL=warn"}
 		start := time.Now()
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
@@ -51,11 +53,39 @@ func BenchmarkSidecarIdleRSS(b *testing.B) {
 		readyMS = float64(time.Since(start).Microseconds()) / 1000
 		time.Sleep(time.Second) // idle: a few health rounds
 		rssKB = vmRSS(b, cmd.Process.Pid)
+		holdMany(b, "http://"+api, heldLocks)
+		time.Sleep(time.Second) // a few renewal rounds with every lock held
+		heldKB = vmRSS(b, cmd.Process.Pid)
 		cmd.Process.Kill()
 		cmd.Wait()
 	}
 	b.ReportMetric(rssKB/1024, "idle-RSS-MB")
+	b.ReportMetric(heldKB/1024, "10k-held-RSS-MB")
 	b.ReportMetric(readyMS, "start-to-ready-ms")
+	if st, err := os.Stat(bin); err == nil {
+		b.ReportMetric(float64(st.Size())/(1<<20), "binary-MB")
+	}
+}
+
+const heldLocks = 10000
+
+// holdMany acquires n locks through the sidecar, 32 callers at a time.
+func holdMany(b *testing.B, base string, n int) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 32 {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				for try := 0; ; try++ { // a busy machine may miss the node timeout
+					if _, ok := tryAcquireHTTPQuiet(client, fmt.Sprintf("%s/locks/held/%d?ttl=1h", base, i)); ok || try == 5 {
+						break
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func ready(url string) bool {

@@ -4,13 +4,19 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
-// lease is one lock held through this sidecar. Its goroutine (run) is the
-// only one that talks to the masters about it or changes its timing.
+// lease is one lock held through this sidecar. It has no goroutine of its
+// own (thousands of held locks would cost a stack each): the Manager's
+// renewer renews it in batches, timers end it when its caller's lease
+// lapses or its cap is reached, and opMu serialises what changes it —
+// heartbeats, release and its end — so one lease's operations happen one
+// at a time (holding opMu across that lease's own round to the masters is
+// the point) while other leases proceed.
 type lease struct {
 	m     *Manager
 	name  string
@@ -21,10 +27,12 @@ type lease struct {
 	// idempotencyKey lets a retried acquire find this lease again.
 	idempotencyKey string
 	acquiredAt     time.Time
-	fence          int64 // set before the goroutine starts, never changed
-	ops            chan op
-	lost           chan error    // the renewer reports a lost lock here
-	done           chan struct{} // closed when the goroutine has ended the lease
+	fence          int64 // set before the lease is published, never changed
+
+	opMu    sync.Mutex
+	ended   bool        // guarded by opMu
+	lapse   *time.Timer // the caller's lease running out (nil for a hold)
+	maxHold *time.Timer // the cap (nil without one)
 
 	// hold: the caller's connection keeps the lease; no heartbeat needed.
 	hold bool
@@ -36,29 +44,11 @@ type lease struct {
 	subscribers map[*subscriber]struct{}
 	renewSlot   int64
 
-	// Written by run only; read under the Manager's or snapshot's lock.
+	// Written under opMu and the Manager's lock; read under the latter.
 	ttl        time.Duration
 	keyTTL     time.Duration
 	expiresAt  time.Time
 	validUntil time.Time
-}
-
-type opKind int
-
-const (
-	opExtend opKind = iota
-	opRelease
-)
-
-type op struct {
-	kind  opKind
-	ttl   time.Duration
-	reply chan opResult
-}
-
-type opResult struct {
-	info Info
-	err  error
 }
 
 func newLease(m *Manager, req Request) (*lease, error) {
@@ -80,9 +70,6 @@ func newLease(m *Manager, req Request) (*lease, error) {
 		owner:          req.Owner,
 		idempotencyKey: req.IdempotencyKey,
 		acquiredAt:     now,
-		ops:            make(chan op),
-		lost:           make(chan error, 1),
-		done:           make(chan struct{}),
 		ttl:            req.TTL,
 		keyTTL:         m.keyTTL(req.TTL),
 		expiresAt:      now.Add(req.TTL),
@@ -106,73 +93,81 @@ func (l *lease) hasToken(token string) bool {
 	return subtle.ConstantTimeCompare([]byte(l.token), []byte(token)) == 1
 }
 
-// do hands an operation to the lease's goroutine and waits for its answer.
-func (l *lease) do(ctx context.Context, o op) (Info, error) {
-	o.reply = make(chan opResult, 1)
-	select {
-	case l.ops <- o:
-	case <-l.done:
+// startTimers arms the lapse and the cap; called once, when the lease is
+// published.
+func (l *lease) startTimers() {
+	if !l.hold {
+		l.lapse = time.AfterFunc(l.expiresAt.Sub(l.m.cfg.Now()), l.lapsed)
+	}
+	if !l.maxHoldAt.IsZero() {
+		l.maxHold = time.AfterFunc(l.maxHoldAt.Sub(l.m.cfg.Now()), func() { l.finish(EndMaxHold, nil) })
+	}
+}
+
+// lapsed ends the lease unless a heartbeat moved its expiry meanwhile.
+func (l *lease) lapsed() {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	if l.ended || l.m.cfg.Now().Before(l.snapshot().LeaseExpiresAt) {
+		return
+	}
+	l.finishLocked(EndExpired, nil)
+}
+
+// heartbeat is the caller's extend: it fails once the lease has ended, and
+// a heartbeat that finds the lock lost ends it.
+func (l *lease) heartbeat(ttl time.Duration) (Info, error) {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	if l.ended {
 		return Info{}, ErrLeaseGone
-	case <-ctx.Done():
-		return Info{}, ctx.Err()
 	}
-	r := <-o.reply // the goroutine always answers an accepted op
-	return r.info, r.err
+	info, err := l.extend(ttl)
+	if err != nil {
+		l.finishLocked(EndLost, err)
+		return Info{}, err
+	}
+	if l.lapse != nil {
+		l.lapse.Reset(l.snapshot().LeaseExpiresAt.Sub(l.m.cfg.Now()))
+	}
+	return info, nil
 }
 
-// run owns the lease until it ends: heartbeats, release, lapse, cap,
-// shutdown, and the loss the renewer reports. Renewals themselves are
-// batched across leases by the Manager's renewer (renewer.go).
-func (l *lease) run() {
-	defer l.m.wg.Done()
-	defer close(l.done)
-	lapse := time.NewTimer(l.expiresAt.Sub(l.m.cfg.Now()))
-	defer lapse.Stop()
-	if l.hold {
-		lapse.Stop() // the connection is the heartbeat
+// release is the caller's release.
+func (l *lease) release() error {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	if l.ended {
+		return ErrLeaseGone
 	}
-	maxHold := l.maxHoldTimer()
-	defer maxHold.Stop()
-	for {
-		select {
-		case <-maxHold.C:
-			l.end(EndMaxHold, nil)
-			return
-		case err := <-l.lost:
-			l.end(EndLost, err)
-			return
-		case <-lapse.C:
-			l.end(EndExpired, nil)
-			return
-		case <-l.m.stopping:
-			l.end(EndShutdown, nil)
-			return
-		case o := <-l.ops:
-			if o.kind == opRelease {
-				l.end(EndReleased, nil)
-				o.reply <- opResult{}
-				return
-			}
-			info, err := l.extend(o.ttl)
-			o.reply <- opResult{info: info, err: err}
-			if err != nil {
-				l.end(EndLost, err)
-				return
-			}
-			if !l.hold {
-				lapse.Reset(l.expiresAt.Sub(l.m.cfg.Now()))
-			}
-		}
+	l.finishLocked(EndReleased, nil)
+	return nil
+}
+
+// finish ends the lease for reason, once.
+func (l *lease) finish(reason EndReason, cause error) {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	if !l.ended {
+		l.finishLocked(reason, cause)
 	}
 }
 
-// lose tells the lease's goroutine that the lock is lost.
-func (l *lease) lose(err error) {
-	select {
-	case l.lost <- err:
-	default: // already told
+func (l *lease) finishLocked(reason EndReason, cause error) {
+	l.ended = true
+	if l.lapse != nil {
+		l.lapse.Stop()
 	}
+	if l.maxHold != nil {
+		l.maxHold.Stop()
+	}
+	l.end(reason, cause)
+	l.m.wg.Done()
 }
+
+// lose ends the lease as lost, off the caller's goroutine (the renewer
+// must not wait for a release round).
+func (l *lease) lose(err error) { go l.finish(EndLost, err) }
 
 // renewInterval is a third of the key ttl: two more tries fit before the
 // key would lapse.

@@ -293,8 +293,8 @@ func (m *Manager) start(l *lease) error {
 	}
 	m.leases[l.name] = l
 	m.scheduleLocked(l, l.acquiredAt.Add(l.renewInterval()))
-	m.wg.Add(1)
-	go l.run()
+	m.wg.Add(1) // done when the lease ends
+	l.startTimers()
 	return nil
 }
 
@@ -310,7 +310,7 @@ func (m *Manager) Extend(ctx context.Context, name, token string, ttl time.Durat
 	if err != nil {
 		return Info{}, err
 	}
-	return l.do(ctx, op{kind: opExtend, ttl: ttl})
+	return l.heartbeat(ttl)
 }
 
 // Release ends the caller's lease and deletes the key on the masters.
@@ -319,8 +319,7 @@ func (m *Manager) Release(ctx context.Context, name, token string) error {
 	if err != nil {
 		return err
 	}
-	_, err = l.do(ctx, op{kind: opRelease})
-	return err
+	return l.release()
 }
 
 // find returns the live lease of name if token is its token.
@@ -379,7 +378,14 @@ func (m *Manager) Close(ctx context.Context) error {
 		m.closing = true
 		close(m.stopping)
 	}
+	live := make([]*lease, 0, len(m.leases))
+	for _, l := range m.leases {
+		live = append(live, l)
+	}
 	m.mu.Unlock()
+	for _, l := range live {
+		go l.finish(EndShutdown, nil)
+	}
 	done := make(chan struct{})
 	go func() { m.wg.Wait(); <-m.renewerDone; close(done) }()
 	select {

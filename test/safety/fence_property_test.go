@@ -146,8 +146,9 @@ func chaos(ctx context.Context, t *testing.T, servers []*redistest.Server, resta
 		down[i] = true
 		mu.Unlock()
 		servers[i].Kill()
+		downFor := time.Duration(100+rng.IntN(300)) * time.Millisecond // rng stays on this goroutine
 		wg.Go(func() {
-			time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
+			time.Sleep(downFor)
 			servers[i].Restart(t)
 			restarts <- i
 			mu.Lock()
