@@ -5,8 +5,8 @@ PKGS := ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 FUZZTIME ?= 10s
-BENCHTIME ?= 2s
-BENCHCOUNT ?= 6
+BENCHTIME ?= 1s
+BENCHCOUNT ?= 3
 GOLANGCI_VERSION ?= v2.6.2
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
@@ -43,8 +43,9 @@ lint:
 
 ## bench: HTTP and engine benchmarks against real redis-server masters; compare runs with benchstat.
 bench: redis-server
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 30m ./bench/... | tee bench/results/latest.txt
-	$(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) bench/results/latest.txt
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 30m ./bench | tee bench/results/latest.txt
+	$(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) bench/results/latest.txt > bench/results/benchstat.txt
+	$(GO) run ./bench/report bench/results/latest.txt | tee bench/results/table.md
 
 ## fuzz: each fuzz target for FUZZTIME (default 10s).
 fuzz:

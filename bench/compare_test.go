@@ -183,7 +183,7 @@ const renewalWindow = 2 * time.Second
 
 func renewSidelock(b *testing.B, held int) {
 	nodes := redisMasters(b, 3)
-	locker, err := redlock.New(nodes, redlock.Config{Fencing: true})
+	locker, err := redlock.New(nodes, redlock.Config{Fencing: true, NodeTimeout: benchNodeTimeout})
 	if err != nil {
 		b.Fatal(err)
 	}
