@@ -49,8 +49,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "", "serve":
 	case "exec":
 		return runExec(ctx, fs.Args()[1:], getenv, stdout, stderr)
+	case "injector":
+		return runInjector(ctx, fs.Args()[1:], getenv, stdout, stderr)
 	default:
-		return fmt.Errorf("unknown command %q (commands: serve, exec)", sub)
+		return fmt.Errorf("unknown command %q (commands: serve, exec, injector)", sub)
 	}
 	cfg, err := loadConfig()
 	if err != nil {
@@ -64,7 +66,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprintf(w, "usage: sidelock [-dev] [serve]\n       sidelock exec [flags] NAME -- COMMAND [ARGS...]   (sidelock exec -h)\n\nflags:\n")
+	fmt.Fprintf(w, "usage: sidelock [-dev] [serve]\n       sidelock exec [flags] NAME -- COMMAND [ARGS...]   (sidelock exec -h)\n       sidelock injector [flags]   (sidelock injector -h)\n\nflags:\n")
 	fs.PrintDefaults()
 	fmt.Fprintf(w, "\nconfiguration (environment):\n")
 	_ = envconfigUsage(w)

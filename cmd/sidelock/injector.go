@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lmittmann/tint"
+
+	"github.com/sidelock/sidelock/pkg/injector"
+)
+
+// injectorOptions are the settings of `sidelock injector`: flags, each
+// defaulting to a SIDELOCK_INJECTOR_* variable (the chart sets those).
+type injectorOptions struct {
+	listen, certFile, keyFile, specFile string
+	exclude                             string
+	logFormat, logLevel                 string
+	shutdownDelay                       time.Duration
+}
+
+// injectorShutdownTimeout bounds the wait for calls in flight once the
+// injector stops listening.
+const injectorShutdownTimeout = 10 * time.Second
+
+func parseInjector(args []string, getenv func(string) string, stderr io.Writer) (injectorOptions, error) {
+	var o injectorOptions
+	env := func(name, def string) string {
+		if v := getenv("SIDELOCK_INJECTOR_" + name); v != "" {
+			return v
+		}
+		return def
+	}
+	delay, err := time.ParseDuration(env("SHUTDOWN_DELAY", "5s"))
+	if err != nil {
+		return o, fmt.Errorf("SIDELOCK_INJECTOR_SHUTDOWN_DELAY: %w", err)
+	}
+	fs := flag.NewFlagSet("sidelock injector", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.listen, "listen", env("LISTEN_ADDR", ":8443"), "HTTPS address of the webhook (/mutate) and its probes (/healthz, /readyz) [SIDELOCK_INJECTOR_LISTEN_ADDR]")
+	fs.StringVar(&o.certFile, "tls-cert", env("TLS_CERT_FILE", ""), "PEM serving certificate, reloaded when it changes [SIDELOCK_INJECTOR_TLS_CERT_FILE]")
+	fs.StringVar(&o.keyFile, "tls-key", env("TLS_KEY_FILE", ""), "PEM key of the serving certificate [SIDELOCK_INJECTOR_TLS_KEY_FILE]")
+	fs.StringVar(&o.specFile, "sidecar-spec", env("SIDECAR_SPEC", ""), "JSON sidecar spec rendered by the Helm chart (its sidelock.sidecar template) [SIDELOCK_INJECTOR_SIDECAR_SPEC]")
+	fs.StringVar(&o.exclude, "exclude-namespaces", env("EXCLUDE_NAMESPACES", ""), "comma-separated namespaces never injected, besides kube-system [SIDELOCK_INJECTOR_EXCLUDE_NAMESPACES]")
+	fs.StringVar(&o.logFormat, "log-format", env("LOG_FORMAT", "text"), "text or json [SIDELOCK_INJECTOR_LOG_FORMAT]")
+	fs.StringVar(&o.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error [SIDELOCK_INJECTOR_LOG_LEVEL]")
+	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", delay, "on SIGTERM, keep answering (and fail /readyz) this long, while the Service drops the pod [SIDELOCK_INJECTOR_SHUTDOWN_DELAY]")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: sidelock injector [flags]\n\n"+
+			"Serves the mutating admission webhook that adds the sidelock sidecar to pods\n"+
+			"labelled %s: \"true\" (deployed by the Helm chart).\n\nflags:\n", injector.InjectLabel)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("sidelock injector takes no arguments, got %q", fs.Args())
+	}
+	var errs []error
+	if o.certFile == "" || o.keyFile == "" {
+		errs = append(errs, errors.New("-tls-cert and -tls-key are required (the API server only calls webhooks over HTTPS)"))
+	}
+	if o.specFile == "" {
+		errs = append(errs, errors.New("-sidecar-spec is required (the chart's rendering of the sidelock.sidecar template)"))
+	}
+	if _, _, err := net.SplitHostPort(o.listen); err != nil {
+		errs = append(errs, fmt.Errorf("-listen %q is not host:port", o.listen))
+	}
+	if o.logFormat != "text" && o.logFormat != "json" {
+		errs = append(errs, fmt.Errorf("-log-format must be text or json, not %q", o.logFormat))
+	}
+	if _, err := parseLevel(o.logLevel); err != nil {
+		errs = append(errs, fmt.Errorf("-log-level: %w", err))
+	}
+	if o.shutdownDelay < 0 {
+		errs = append(errs, fmt.Errorf("-shutdown-delay %v is negative", o.shutdownDelay))
+	}
+	return o, errors.Join(errs...)
+}
+
+// runInjector is `sidelock injector`: the sidecar injector's webhook
+// server, until ctx ends.
+func runInjector(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	_ = stdout // everything goes to the log
+	o, err := parseInjector(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	level, _ := parseLevel(o.logLevel)
+	var log *slog.Logger
+	if o.logFormat == "json" {
+		log = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	} else {
+		log = slog.New(tint.NewTextHandler(stderr, &tint.Options{Level: level, TimeFormat: time.TimeOnly, NoColor: !colourful(stderr, getenv)}))
+	}
+
+	spec, err := injector.LoadSpec(o.specFile)
+	if err != nil {
+		return err
+	}
+	inj, err := injector.New(injector.Config{Spec: spec, ExcludeNamespaces: strings.Split(o.exclude, ","), Logger: log})
+	if err != nil {
+		return err
+	}
+	certs, err := newCertReloader(o.certFile, o.keyFile, log)
+	if err != nil {
+		return err
+	}
+
+	var draining atomic.Bool
+	mux := http.NewServeMux()
+	mux.Handle("POST /mutate", inj)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if draining.Load() {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	srv := newHTTPServer(mux, log)
+	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("injector listener: %w", err)
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	log.Info("sidelock injector started", "version", version, "addr", ln.Addr().String(),
+		"container", spec.ContainerName(), "label", injector.InjectLabel, "exclude", o.exclude)
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("injector listener: %w", err)
+	case <-ctx.Done():
+	}
+	// The API server keeps calling this pod until its endpoint is gone:
+	// answer meanwhile (opted-in pods would fail to be created otherwise),
+	// and tell the kubelet we are going.
+	draining.Store(true)
+	log.Info("stopping: still answering while the Service drops this pod", "delay", o.shutdownDelay)
+	select {
+	case <-time.After(o.shutdownDelay):
+	case err := <-serveErr:
+		return fmt.Errorf("injector listener: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), injectorShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+		return fmt.Errorf("injector shutdown: %w", err)
+	}
+	log.Info("injector stopped")
+	return nil
+}
+
+// certCheckInterval is how often the certificate files are checked for a
+// new version (cert-manager renewals, a rotated Secret).
+var certCheckInterval = 10 * time.Second
+
+// certReloader serves the key pair in two files and picks up a new one
+// when the files change, without a restart. A pair that fails to load
+// (half-written) is logged and the previous one kept.
+type certReloader struct {
+	certFile, keyFile string
+	log               *slog.Logger
+
+	mu      sync.Mutex
+	cert    *tls.Certificate
+	stamp   string
+	checked time.Time
+}
+
+func newCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader, error) {
+	r := &certReloader{certFile: certFile, keyFile: keyFile, log: log}
+	stamp, err := r.fileStamp()
+	if err == nil {
+		err = r.load(stamp)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	return r, nil
+}
+
+// fileStamp identifies the current version of both files. Secret volumes
+// swap a symlink; Stat follows it.
+func (r *certReloader) fileStamp() (string, error) {
+	var b strings.Builder
+	for _, f := range []string{r.certFile, r.keyFile} {
+		st, err := os.Stat(f)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "%d/%d;", st.ModTime().UnixNano(), st.Size())
+	}
+	return b.String(), nil
+}
+
+func (r *certReloader) load(stamp string) error {
+	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+	if err != nil {
+		return err
+	}
+	r.cert, r.stamp = &cert, stamp
+	if cert.Leaf != nil {
+		r.log.Info("serving certificate loaded", "subject", cert.Leaf.Subject.String(), "notAfter", cert.Leaf.NotAfter)
+	}
+	return nil
+}
+
+// GetCertificate is the tls.Config hook.
+func (r *certReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := time.Now(); now.Sub(r.checked) >= certCheckInterval {
+		r.checked = now
+		stamp, err := r.fileStamp()
+		if err == nil && stamp != r.stamp {
+			err = r.load(stamp)
+		}
+		if err != nil {
+			r.log.Warn("serving certificate not reloaded; keeping the previous one", "err", err)
+		}
+	}
+	return r.cert, nil
+}

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer collects a log written from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// writeCert writes a self-signed certificate for localhost and returns its
+// pool, for clients to trust it.
+func writeCert(t *testing.T, certFile, keyFile string, serial int64) *x509.CertPool {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "injector test"},
+		DNSNames: []string{"localhost"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Write both to temporary files and rename, as a Secret volume swaps them.
+	for file, block := range map[string]*pem.Block{certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "EC PRIVATE KEY", Bytes: kder}} {
+		if err := os.WriteFile(file+".tmp", pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(file+".tmp", file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return pool
+}
+
+type injectorProc struct {
+	addr   string
+	log    *lockedBuffer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startInjector(t *testing.T, env map[string]string, args ...string) *injectorProc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &injectorProc{log: &lockedBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	getenv := func(k string) string { return env[k] }
+	go func() {
+		p.done <- runInjector(ctx, args, getenv, io.Discard, p.log)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.addr == "" {
+		select {
+		case err := <-p.done:
+			t.Fatalf("injector exited: %v\n%s", err, p.log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("injector did not start:\n%s", p.log)
+		}
+		sc := bufio.NewScanner(strings.NewReader(p.log.String()))
+		for sc.Scan() {
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "sidelock injector started" {
+				p.addr = line.Addr
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			t.Error("injector did not stop")
+		}
+	})
+	return p
+}
+
+func injectorEnv(t *testing.T) (env map[string]string, pool *x509.CertPool, certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	pool = writeCert(t, certFile, keyFile, 1)
+	return map[string]string{
+		"SIDELOCK_INJECTOR_LISTEN_ADDR":    "127.0.0.1:0",
+		"SIDELOCK_INJECTOR_TLS_CERT_FILE":  certFile,
+		"SIDELOCK_INJECTOR_TLS_KEY_FILE":   keyFile,
+		"SIDELOCK_INJECTOR_SIDECAR_SPEC":   "../../pkg/injector/testdata/sidecar.json",
+		"SIDELOCK_INJECTOR_LOG_FORMAT":     "json",
+		"SIDELOCK_INJECTOR_SHUTDOWN_DELAY": "0s",
+	}, pool, certFile, keyFile
+}
+
+func httpsClient(pool *x509.CertPool, maxVersion uint16) *http.Client {
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost", MaxVersion: maxVersion},
+	}}
+}
+
+const testReview = `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+	"uid":"7b3f","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},
+	"namespace":"shop","operation":"CREATE","userInfo":{"username":"system:serviceaccount:kube-system:replicaset-controller"},
+	"object":{"apiVersion":"v1","kind":"Pod","metadata":{"generateName":"web-","labels":{"sidelock.io/inject":"true"}},
+	"spec":{"containers":[{"name":"web","image":"web:1"}]}}}}`
+
+func TestInjectorServesTheWebhookOverTLS(t *testing.T) {
+	env, pool, _, _ := injectorEnv(t)
+	p := startInjector(t, env)
+	c := httpsClient(pool, 0)
+	base := "https://" + p.addr
+
+	resp, err := c.Post(base+"/mutate", "application/json", strings.NewReader(testReview))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var review struct {
+		Response struct {
+			UID       string
+			Allowed   bool
+			PatchType string
+			Patch     []byte
+		}
+	}
+	err = json.NewDecoder(resp.Body).Decode(&review)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("HTTP %d: %v", resp.StatusCode, err)
+	}
+	r := review.Response
+	if r.UID != "7b3f" || !r.Allowed || r.PatchType != "JSONPatch" || !bytes.Contains(r.Patch, []byte(`"path":"/spec/initContainers"`)) {
+		t.Errorf("response %+v, patch %s", r, r.Patch)
+	}
+
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/mutate": 405, "/other": 404} {
+		resp, err := c.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	resp, err = c.Post(base+"/mutate", "application/json", strings.NewReader("{"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Errorf("malformed review: HTTP %d, want 400", resp.StatusCode)
+	}
+
+	// TLS 1.2 at least.
+	if _, err := httpsClient(pool, tls.VersionTLS11).Get(base + "/healthz"); err == nil {
+		t.Error("TLS 1.1 accepted")
+	}
+	if resp, err := httpsClient(pool, tls.VersionTLS12).Get(base + "/healthz"); err != nil {
+		t.Errorf("TLS 1.2 refused: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	if !strings.Contains(p.log.String(), `"msg":"sidecar injected"`) {
+		t.Errorf("injection not logged:\n%s", p.log)
+	}
+}
+
+// A renewed certificate (cert-manager, rotated Secret) is served without a
+// restart.
+func TestInjectorReloadsItsCertificate(t *testing.T) {
+	old := certCheckInterval
+	certCheckInterval = 0
+	t.Cleanup(func() { certCheckInterval = old })
+	env, _, certFile, keyFile := injectorEnv(t)
+	p := startInjector(t, env)
+
+	serial := func() int64 {
+		conn, err := tls.Dial("tcp", p.addr, &tls.Config{InsecureSkipVerify: true}) // only reads the served certificate
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	}
+	if s := serial(); s != 1 {
+		t.Fatalf("serial %d, want 1", s)
+	}
+	time.Sleep(10 * time.Millisecond) // a distinct modification time
+	writeCert(t, certFile, keyFile, 2)
+	if s := serial(); s != 2 {
+		t.Errorf("serial %d after renewal, want 2", s)
+	}
+	// A broken pair is not taken; the previous one is kept.
+	time.Sleep(10 * time.Millisecond)
+	if err := os.WriteFile(certFile, []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s := serial(); s != 2 {
+		t.Errorf("serial %d after a broken renewal, want 2 kept", s)
+	}
+	if !strings.Contains(p.log.String(), "serving certificate not reloaded") {
+		t.Error("broken certificate not logged")
+	}
+}
+
+// On SIGTERM the injector fails /readyz but keeps answering for the
+// shutdown delay, then stops cleanly.
+func TestInjectorDrainsOnShutdown(t *testing.T) {
+	env, pool, _, _ := injectorEnv(t)
+	env["SIDELOCK_INJECTOR_SHUTDOWN_DELAY"] = "1s"
+	p := startInjector(t, env)
+	c := httpsClient(pool, 0)
+	p.cancel()
+	time.Sleep(200 * time.Millisecond)
+	resp, err := c.Get("https://" + p.addr + "/readyz")
+	if err != nil {
+		t.Fatalf("not answering during the shutdown delay: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz %d while draining, want 503", resp.StatusCode)
+	}
+	resp, err = c.Post("https://"+p.addr+"/mutate", "application/json", strings.NewReader(testReview))
+	if err != nil {
+		t.Fatalf("webhook not answering during the shutdown delay: %v", err)
+	}
+	resp.Body.Close()
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Errorf("exit: %v", err)
+		}
+		p.done <- nil // for the cleanup
+	case <-time.After(5 * time.Second):
+		t.Fatal("did not stop after the delay")
+	}
+}
+
+func TestInjectorRejectsBadSettings(t *testing.T) {
+	env, _, _, _ := injectorEnv(t)
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"no certificate", map[string]string{"SIDELOCK_INJECTOR_TLS_CERT_FILE": ""}, nil, "-tls-cert and -tls-key are required"},
+		{"no spec", map[string]string{"SIDELOCK_INJECTOR_SIDECAR_SPEC": ""}, nil, "-sidecar-spec is required"},
+		{"missing spec", nil, []string{"-sidecar-spec", "/nonexistent.json"}, "sidecar spec"},
+		{"bad spec", nil, []string{"-sidecar-spec", "injector.go"}, "sidecar spec"},
+		{"missing key", map[string]string{"SIDELOCK_INJECTOR_TLS_KEY_FILE": "/nonexistent.key"}, nil, "serving certificate"},
+		{"bad listen", nil, []string{"-listen", "8443"}, "-listen"},
+		{"bad log level", map[string]string{"SIDELOCK_INJECTOR_LOG_LEVEL": "loud"}, nil, "-log-level"},
+		{"bad delay", map[string]string{"SIDELOCK_INJECTOR_SHUTDOWN_DELAY": "soon"}, nil, "SHUTDOWN_DELAY"},
+		{"arguments", nil, []string{"extra"}, "no arguments"},
+		{"unknown flag", nil, []string{"-port", "1"}, "not defined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := map[string]string{}
+			for k, v := range env {
+				e[k] = v
+			}
+			for k, v := range tc.env {
+				e[k] = v
+			}
+			var stderr lockedBuffer
+			err := runInjector(context.Background(), tc.args, func(k string) string { return e[k] }, io.Discard, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err %v, want one about %q", err, tc.want)
+			}
+		})
+	}
+	var stderr lockedBuffer
+	if err := runInjector(context.Background(), []string{"-h"}, func(string) string { return "" }, io.Discard, &stderr); err != nil || !strings.Contains(stderr.String(), "usage: sidelock injector") {
+		t.Errorf("-h: %v\n%s", err, stderr.String())
+	}
+}
