@@ -10,14 +10,14 @@ BENCHCOUNT ?= 3
 GOLANGCI_VERSION ?= v2.6.2
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: run test test-unit bench-smoke helm-lint k8s-validate image e2e test-deploy check-fmt vet lint build bench fuzz cover clean redis-server help-env helm-lint k8s-validate
+.PHONY: run test test-unit bench-smoke fuzz-smoke chaos chaos-ci soak vulncheck helm-lint k8s-validate image e2e test-deploy check-fmt vet lint build bench fuzz cover clean redis-server help-env helm-lint k8s-validate
 
 ## run: sidelock in dev mode (3 in-memory masters), nothing to install.
 run:
 	$(GO) run ./cmd/sidelock -dev
 
 ## test: formatting, vet, and every test with the race detector, against real redis-server processes.
-test: redis-server check-fmt vet test-unit bench-smoke test-deploy
+test: redis-server check-fmt vet test-unit bench-smoke fuzz-smoke chaos-ci test-deploy
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
@@ -25,6 +25,29 @@ test-unit:
 # bench-smoke runs every benchmark once so they keep working; figures come from `make bench`.
 bench-smoke:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./bench
+
+# fuzz-smoke runs each HTTP fuzz target briefly; the corpus lives in testdata/.
+fuzz-smoke:
+	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+
+GOVULNCHECK_VERSION ?= v1.8.0
+SOAKTIME ?= 10m
+## chaos: every fault scenario against 5 real masters and 3 sidecar processes (~4 min);
+## prints the results table and writes test/chaos/results.md.
+chaos: redis-server
+	SIDELOCK_CHAOS=full $(GO) test -count=1 -timeout 30m -run TestChaos -v ./test/chaos
+
+## chaos-ci: the CI subset of the chaos suite (~95 s), run on its own (CPU contention looks like faults).
+chaos-ci: redis-server
+	SIDELOCK_CHAOS=ci $(GO) test -count=1 -timeout 10m -run TestChaos ./test/chaos
+
+## soak: steady mixed load for SOAKTIME, RSS and goroutines over time (not CI); writes test/chaos/soak.md.
+soak: redis-server
+	SIDELOCK_SOAK=$(SOAKTIME) $(GO) test -count=1 -timeout 40m -run TestSoak -v ./test/chaos
+
+## vulncheck: known vulnerabilities reachable from the code (needs vuln.go.dev, not reachable here).
+vulncheck:
+	$(GO) run golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION) ./...
 
 ## build: a static binary in bin/.
 build:
@@ -51,6 +74,7 @@ bench: redis-server
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAcquireParams$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzTokenParams$$' -fuzztime $(FUZZTIME) ./httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateName$$' -fuzztime $(FUZZTIME) ./pkg/lease
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReview$$' -fuzztime $(FUZZTIME) ./pkg/injector
 

@@ -63,6 +63,7 @@ func problemFor(err error) problem {
 	var api *apiError
 	var held *lease.HeldError
 	var tooBig *http.MaxBytesError
+	var limit *lease.LimitError
 	switch {
 	case errors.As(err, &api):
 		return newProblem(api.status, api.code, api.detail)
@@ -76,6 +77,10 @@ func problemFor(err error) problem {
 		return newProblem(http.StatusBadRequest, "invalid_request", err.Error())
 	case errors.Is(err, lease.ErrLeaseGone):
 		return newProblem(http.StatusGone, "lease_gone", "this token does not hold the lock (expired, lost, released or never held)")
+	case errors.As(err, &limit):
+		p := newProblem(http.StatusTooManyRequests, limitCode(limit.Err), err.Error())
+		p.RetryAfterMS = limit.RetryAfter.Milliseconds()
+		return p
 	case errors.Is(err, lease.ErrNoQuorum):
 		return newProblem(http.StatusServiceUnavailable, "no_quorum", err.Error())
 	case errors.Is(err, lease.ErrShuttingDown):
@@ -87,6 +92,14 @@ func problemFor(err error) problem {
 	default:
 		return newProblem(http.StatusInternalServerError, "internal", "internal error")
 	}
+}
+
+// limitCode is the stable code of a refusal by a sidecar limit.
+func limitCode(err error) string {
+	if errors.Is(err, lease.ErrTooManyWaiters) {
+		return "too_many_waiters"
+	}
+	return "too_many_locks"
 }
 
 func newProblem(status int, code, detail string) problem {

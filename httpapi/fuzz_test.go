@@ -114,3 +114,46 @@ func FuzzTokenParams(f *testing.F) {
 		}
 	})
 }
+
+// fuzzAPIToken guards the lock API of FuzzHeaders.
+const fuzzAPIToken = "fuzz-api-token-5d1c0e9b7a"
+
+// FuzzHeaders throws Authorization, Lock-Token and Idempotency-Key headers
+// (with names, queries and every method) at a token-guarded API. Besides
+// the invariants of serve: a request whose Authorization header does not
+// carry the API token is refused with 401 and nothing else, and a request
+// that carries it exactly is never refused with 401.
+func FuzzHeaders(f *testing.F) {
+	f.Add(uint8(0), "orders/42", "", "Bearer "+fuzzAPIToken, "", "retry-1")
+	f.Add(uint8(1), "guarded", "ttl=5s", "Bearer "+fuzzAPIToken, "00000000000000000000000000000000", "")
+	f.Add(uint8(2), "guarded", "", "bearer   "+fuzzAPIToken+"  ", "nothex", "")
+	f.Add(uint8(3), "guarded", "", "Basic "+fuzzAPIToken, "", "")
+	f.Add(uint8(4), "guarded/events", "", "Bearer "+fuzzAPIToken, "ffffffffffffffffffffffffffffffff", "")
+	f.Add(uint8(0), "x", "hold=true", "Bearer\x00"+fuzzAPIToken, "", "\x7f")
+	f.Add(uint8(0), "guarded", "wait=0s", "Bearer "+fuzzAPIToken, "", strings.Repeat("k", 129))
+	ft := newFuzzTarget(f)
+	ft.h = httpapi.RequireToken(fuzzAPIToken, discardLogger())(ft.h)
+	methods := []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodGet, http.MethodPatch}
+	f.Fuzz(func(t *testing.T, method uint8, name, query, authorization, lockToken, idempotencyKey string) {
+		req := newRequest(methods[int(method)%len(methods)], name, "")
+		req.URL.RawQuery = query
+		req.Header.Set("Authorization", authorization)
+		if lockToken != "" {
+			req.Header.Set("Lock-Token", lockToken)
+		}
+		if idempotencyKey != "" {
+			req.Header.Set("Idempotency-Key", idempotencyKey)
+		}
+		rec := ft.serve(t, req)
+		carriesToken := strings.Contains(authorization, fuzzAPIToken)
+		if !carriesToken && rec.Code != http.StatusUnauthorized {
+			t.Fatalf("Authorization %q without the token: %d, want 401", authorization, rec.Code)
+		}
+		if authorization == "Bearer "+fuzzAPIToken && rec.Code == http.StatusUnauthorized {
+			t.Fatalf("the exact token was refused: %s", rec.Body)
+		}
+		if strings.Contains(rec.Body.String(), fuzzAPIToken) {
+			t.Fatalf("the answer echoes the API token: %s", rec.Body)
+		}
+	})
+}

@@ -38,6 +38,7 @@ type response struct {
 	status int
 	header http.Header
 	body   map[string]any
+	raw    string
 }
 
 func call(t testing.TB, srv *httptest.Server, method, path string, body string, header ...string) response {
@@ -55,7 +56,7 @@ func call(t testing.TB, srv *httptest.Server, method, path string, body string, 
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
-	r := response{status: res.StatusCode, header: res.Header}
+	r := response{status: res.StatusCode, header: res.Header, raw: string(raw)}
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &r.body); err != nil {
 			t.Fatalf("%s %s: body is not JSON: %q", method, path, raw)

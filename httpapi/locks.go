@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 
@@ -23,7 +24,7 @@ func handleAcquire(log *slog.Logger, leases *lease.Manager) http.Handler {
 			serveHold(w, r, leases, info)
 			return
 		}
-		writeJSON(w, http.StatusOK, leaseJSON(info))
+		deliverGrant(w, r, leases, info)
 	})
 }
 
@@ -89,4 +90,20 @@ func handleList(leases *lease.Manager) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, body)
 	})
+}
+
+// deliverGrant answers a grant, releasing it if the caller is already gone
+// or the answer cannot be delivered: a lock must not stay held for a caller
+// that never learned its token. (A client that vanished without the kernel
+// telling the server yet is caught only by its lease ttl.)
+func deliverGrant(w http.ResponseWriter, r *http.Request, leases *lease.Manager, info lease.Info) {
+	release := func() { _ = leases.Release(context.WithoutCancel(r.Context()), info.Name, info.Token) }
+	if r.Context().Err() != nil {
+		release()
+		return
+	}
+	writeJSON(w, http.StatusOK, leaseJSON(info))
+	if err := http.NewResponseController(w).Flush(); err != nil {
+		release()
+	}
 }

@@ -1,10 +1,13 @@
 package httpapi
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -20,6 +23,50 @@ func methodNotAllowed(log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, log, &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed", detail: fmt.Sprintf("%s is not allowed on this route", r.Method)})
 	})
+}
+
+// RequireToken guards the lock API with a bearer token: every request must
+// carry "Authorization: Bearer <token>", or it is answered 401 before any
+// route runs. An empty token lets every request through (the API is then
+// reachable from the pod only; see SIDELOCK_API_TOKEN). The token is never
+// logged or echoed.
+func RequireToken(token string, log *slog.Logger) func(http.Handler) http.Handler {
+	if token == "" {
+		return func(next http.Handler) http.Handler { return next }
+	}
+	want := sha256.Sum256([]byte(token))
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := checkBearer(r.Header.Values("Authorization"), want); err != nil {
+				log.Debug("unauthorized lock API request", "method", r.Method, "remote", r.RemoteAddr, "reason", err.detail)
+				w.Header().Set("WWW-Authenticate", `Bearer realm="sidelock"`)
+				writeError(w, log, err)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// checkBearer accepts exactly one "Bearer <token>" header whose token
+// hashes to want. Comparing fixed-size hashes in constant time leaks
+// neither the token's bytes nor its length through the answer's timing.
+func checkBearer(headers []string, want [sha256.Size]byte) *apiError {
+	unauthorized := func(detail string) *apiError {
+		return &apiError{status: http.StatusUnauthorized, code: "unauthorized", detail: detail}
+	}
+	if len(headers) != 1 {
+		return unauthorized("the lock API needs exactly one Authorization: Bearer <SIDELOCK_API_TOKEN> header")
+	}
+	scheme, credential, _ := strings.Cut(headers[0], " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return unauthorized("the Authorization header must use the Bearer scheme")
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(credential)))
+	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		return unauthorized("the bearer token is not this sidecar's API token")
+	}
+	return nil
 }
 
 // limitBody caps request bodies; reading past the cap yields a 413.

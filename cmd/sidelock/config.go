@@ -17,7 +17,8 @@ import (
 // config is every setting, read from SIDELOCK_* environment variables.
 type config struct {
 	Dev             bool          `envconfig:"DEV" desc:"run with 3 in-memory masters; nothing to install"`
-	ListenAddr      string        `envconfig:"LISTEN_ADDR" default:"127.0.0.1:7420" desc:"lock API address; must be loopback"`
+	ListenAddr      string        `envconfig:"LISTEN_ADDR" default:"127.0.0.1:7420" desc:"lock API address; loopback unless SIDELOCK_API_TOKEN is set"`
+	APIToken        string        `envconfig:"API_TOKEN" desc:"bearer token every lock API request must carry (Authorization: Bearer ...); required to listen beyond loopback"`
 	AdminAddr       string        `envconfig:"ADMIN_ADDR" default:":7421" desc:"healthz, readyz and metrics address"`
 	RedisAddrs      []string      `envconfig:"REDIS_ADDRS" desc:"comma-separated host:port of N independent Redis masters"`
 	RedisUsername   string        `envconfig:"REDIS_USERNAME" desc:"Redis ACL user"`
@@ -34,6 +35,8 @@ type config struct {
 	KeyTTL          time.Duration `envconfig:"KEY_TTL" default:"10s" desc:"ttl of the keys on the masters, renewed every third of it"`
 	MaxWait         time.Duration `envconfig:"MAX_WAIT" default:"5m" desc:"longest wait for a held lock"`
 	MaxHold         time.Duration `envconfig:"MAX_HOLD" default:"24h" desc:"cap on any lease's whole life, heartbeats or held connection alike (0: none)"`
+	MaxLocks        int           `envconfig:"MAX_LOCKS" default:"10000" desc:"most leases held through this sidecar at once; beyond, acquire answers 429 too_many_locks"`
+	MaxWaiters      int           `envconfig:"MAX_WAITERS" default:"10000" desc:"most callers waiting on this sidecar at once; beyond, a waiting acquire answers 429 too_many_waiters"`
 	Fencing         bool          `envconfig:"FENCING" default:"true" desc:"give every grant a fencing token (one more round to the masters on acquire)"`
 	FenceRetention  time.Duration `envconfig:"FENCE_RETENTION" default:"1h" desc:"how long a lock's fence counter outlives its last grant on a master"`
 	HealthInterval  time.Duration `envconfig:"HEALTH_INTERVAL" default:"1s" desc:"how often the masters are pinged for /readyz"`
@@ -79,8 +82,17 @@ func (c config) validate() error {
 	if dup := firstDuplicate(c.RedisAddrs); dup != "" {
 		bad("SIDELOCK_REDIS_ADDRS lists %q twice: masters must be independent", dup)
 	}
-	if err := loopbackOnly(c.ListenAddr); err != nil {
+	if err := c.checkListenAddr(); err != nil {
 		bad("SIDELOCK_LISTEN_ADDR: %v", err)
+	}
+	if err := checkAPIToken(c.APIToken); err != nil {
+		bad("SIDELOCK_API_TOKEN: %v", err)
+	}
+	if c.MaxLocks < 1 {
+		bad("SIDELOCK_MAX_LOCKS %d must be at least 1", c.MaxLocks)
+	}
+	if c.MaxWaiters < 1 {
+		bad("SIDELOCK_MAX_WAITERS %d must be at least 1 (use wait=0 to never wait)", c.MaxWaiters)
 	}
 	if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
 		bad("SIDELOCK_ADMIN_ADDR: %q is not host:port", c.AdminAddr)
@@ -156,18 +168,48 @@ func (c config) restartGuard() time.Duration {
 	}
 }
 
-// loopbackOnly refuses to expose the lock API beyond the pod: anything
-// that can reach it can take and release locks.
-func loopbackOnly(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
+// checkListenAddr refuses to expose the lock API beyond the pod without
+// an API token: anything that can reach it can take and release locks.
+func (c config) checkListenAddr() error {
+	host, _, err := net.SplitHostPort(c.ListenAddr)
 	if err != nil {
-		return fmt.Errorf("%q is not host:port", addr)
+		return fmt.Errorf("%q is not host:port", c.ListenAddr)
 	}
-	if host == "localhost" {
+	if isLoopback(host) || c.APIToken != "" {
 		return nil
 	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("%q is not a loopback address; the lock API listens on 127.0.0.1 or [::1] only", addr)
+	return fmt.Errorf("%q is not a loopback address; anything that reaches the lock API can take and release locks, "+
+		"so it listens beyond 127.0.0.1 or [::1] only when SIDELOCK_API_TOKEN is set", c.ListenAddr)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// API token bounds: short tokens can be guessed, and the token travels in
+// an HTTP header, so it must be one header-safe word.
+const (
+	minAPITokenLen = 16
+	maxAPITokenLen = 1024
+)
+
+// checkAPIToken validates the token without ever quoting it: start-up
+// errors are logged, and the token must not be.
+func checkAPIToken(token string) error {
+	if token == "" {
+		return nil
+	}
+	if len(token) < minAPITokenLen || len(token) > maxAPITokenLen {
+		return fmt.Errorf("must be %d to %d bytes long (it has %d); generate one with `openssl rand -hex 32`", minAPITokenLen, maxAPITokenLen, len(token))
+	}
+	for i := 0; i < len(token); i++ {
+		if token[i] <= ' ' || token[i] >= 0x7f {
+			return fmt.Errorf("may contain only printable ASCII without spaces (byte %d is not)", i)
+		}
 	}
 	return nil
 }

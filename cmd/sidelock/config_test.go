@@ -17,6 +17,7 @@ func validConfig() config {
 		NodeTimeout: 50 * time.Millisecond, DriftFactor: 0.01, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour,
 		KeyTTL: 10 * time.Second, MaxWait: 5 * time.Minute, HealthInterval: time.Second, ShutdownTimeout: 5 * time.Second,
 		LogFormat: "text", LogLevel: "info", Fencing: true, FenceRetention: time.Hour,
+		MaxLocks: 10000, MaxWaiters: 10000,
 	}
 }
 
@@ -47,6 +48,12 @@ func TestConfigValidation(t *testing.T) {
 		"negative max hold":         func(c *config) { c.MaxHold = -time.Second },
 		"restart guard below ttl":   func(c *config) { c.RestartGuard = 5 * time.Second },
 		"negative restart guard":    func(c *config) { c.RestartGuard = -time.Second },
+		"short API token":           func(c *config) { c.APIToken = "short" },
+		"API token with a space":    func(c *config) { c.APIToken = "0123456789 abcdef" },
+		"API token with a newline":  func(c *config) { c.APIToken = "0123456789abcdef\n" },
+		"zero max locks":            func(c *config) { c.MaxLocks = 0 },
+		"zero max waiters":          func(c *config) { c.MaxWaiters = 0 },
+		"empty-host lock API":       func(c *config) { c.ListenAddr = ":7420" },
 	}
 	for name, mutate := range cases {
 		c := validConfig()
@@ -140,5 +147,55 @@ func TestRunVersionAndUnknownCommand(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"sidelock", "frobnicate"}, os.Getenv, &out, &out); err == nil {
 		t.Fatal("unknown command accepted")
+	}
+}
+
+// The lock API listens beyond loopback only with an API token, and the
+// refusal says how to fix it.
+func TestNonLoopbackLockAPINeedsAToken(t *testing.T) {
+	c := validConfig()
+	c.ListenAddr = "0.0.0.0:7420"
+	err := c.validate()
+	if err == nil || !strings.Contains(err.Error(), "SIDELOCK_API_TOKEN") {
+		t.Fatalf("public lock API without a token: %v, want a refusal naming SIDELOCK_API_TOKEN", err)
+	}
+	const token = "s3cret-api-token-0123456789"
+	c.APIToken = token
+	for _, addr := range []string{"0.0.0.0:7420", "10.1.2.3:7420", ":7420", "[::]:7420"} {
+		c.ListenAddr = addr
+		if err := c.validate(); err != nil {
+			t.Errorf("%s with a token: %v", addr, err)
+		}
+	}
+}
+
+// No start-up error quotes the API token or the Redis password, even when
+// they are what is wrong.
+func TestConfigErrorsNeverQuoteSecrets(t *testing.T) {
+	c := validConfig()
+	c.APIToken = "bad token zebra-7 0123456789"
+	c.RedisPassword = "redis-pass-0123456789"
+	c.KeyTTL = 2 * time.Hour // another problem, so the message lists several
+	err := c.validate()
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, secret := range []string{c.APIToken, "zebra-7", c.RedisPassword} {
+		if strings.Contains(err.Error(), secret) {
+			t.Fatalf("error quotes a secret (%q): %v", secret, err)
+		}
+	}
+}
+
+// sidelock -h documents the new settings.
+func TestUsageListsTheLimitsAndTheToken(t *testing.T) {
+	var out bytes.Buffer
+	if err := envconfigUsage(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"SIDELOCK_API_TOKEN", "SIDELOCK_MAX_LOCKS", "SIDELOCK_MAX_WAITERS"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("usage lacks %s", want)
+		}
 	}
 }

@@ -67,7 +67,7 @@ func parseExec(args []string, stderr io.Writer) (execOptions, error) {
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: sidelock exec [flags] NAME -- COMMAND [ARGS...]\n\n"+
 			"Runs COMMAND while holding the lock NAME through the local sidecar ($SIDELOCK_ADDR,\n"+
-			"default %s). Exit codes: the command's own; %d lock not acquired within --wait;\n"+
+			"default %s; $SIDELOCK_API_TOKEN if the sidecar requires one). Exit codes: the command's own; %d lock not acquired within --wait;\n"+
 			"%d lock lost (command stopped); %d sidecar unreachable; %d usage; %d/%d command not runnable/found.\n\nflags:\n",
 			client.DefaultAddr, exitNotAcquired, exitLockLost, exitUnavailable, exitUsage, exitCannotRun, exitNotFound)
 		fs.PrintDefaults()
@@ -97,7 +97,7 @@ func runExec(ctx context.Context, args []string, getenv func(string) string, std
 	if addr == "" {
 		addr = client.DefaultAddr
 	}
-	held, err := client.New(addr, nil).Hold(ctx, o.name, o.opts)
+	held, err := client.New(addr, nil).WithToken(getenv("SIDELOCK_API_TOKEN")).Hold(ctx, o.name, o.opts)
 	switch {
 	case errors.Is(err, client.ErrLockHeld):
 		return exitWith(exitNotAcquired, "lock %q not acquired within %v", o.name, o.opts.Wait)

@@ -108,7 +108,8 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	})
 	leases, err = lease.NewManager(locker, lease.Config{
 		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
-		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold, Observer: m, Logger: log,
+		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold, MaxLocks: cfg.MaxLocks, MaxWaiters: cfg.MaxWaiters,
+		Observer: m, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -123,7 +124,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 		apiLn.Close()
 		return fmt.Errorf("admin listener: %w", err)
 	}
-	api := newHTTPServer(httpapi.NewServer(log, leases, m), log)
+	api := newHTTPServer(httpapi.RequireToken(cfg.APIToken, log)(httpapi.NewServer(log, leases, m)), log)
 	admin := newHTTPServer(httpapi.NewAdminServer(log, checker, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), log)
 
 	checkCtx, stopChecks := context.WithCancel(context.WithoutCancel(ctx))
@@ -134,7 +135,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	go func() { serveErr <- admin.Serve(adminLn) }()
 
 	log.Info("sidelock started", "version", version, "api", apiLn.Addr().String(), "admin", adminLn.Addr().String(),
-		"masters", len(nodes), "quorum", locker.Quorum(), "dev", cfg.Dev)
+		"masters", len(nodes), "quorum", locker.Quorum(), "dev", cfg.Dev, "api_token", cfg.APIToken != "")
 	if cfg.Dev {
 		printQuickStart(stdout, apiLn.Addr().String())
 	}

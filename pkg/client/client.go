@@ -73,8 +73,17 @@ type Options struct {
 
 // Client talks to one sidecar.
 type Client struct {
-	base string
-	http *http.Client
+	base   string
+	http   *http.Client
+	bearer string // the sidecar's API token, when it requires one
+}
+
+// WithToken returns a client that sends the sidecar's API token
+// (SIDELOCK_API_TOKEN) as a bearer token on every request.
+func (c *Client) WithToken(token string) *Client {
+	cc := *c
+	cc.bearer = token
+	return &cc
 }
 
 // New returns a client of the sidecar at base (e.g. DefaultAddr). A nil
@@ -146,6 +155,9 @@ func (c *Client) do(ctx context.Context, method, name string, q url.Values, toke
 	}
 	if token != "" {
 		req.Header.Set("Lock-Token", token)
+	}
+	if c.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+c.bearer)
 	}
 	if idempotencyKey != "" {
 		req.Header.Set("Idempotency-Key", idempotencyKey)

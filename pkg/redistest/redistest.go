@@ -44,6 +44,10 @@ type Option func(*config)
 
 type config struct {
 	args []string
+	// durable data goes to memory-backed storage when the machine has it:
+	// an fsync per write on a slow virtual disk can outlast the lock
+	// algorithm's 50ms node timeout and turn a test into a timing lottery.
+	memoryDir bool
 }
 
 // WithAppendOnly turns on the append-only file with an fsync per write, so
@@ -51,6 +55,7 @@ type config struct {
 func WithAppendOnly() Option {
 	return func(c *config) {
 		c.args = append(c.args, "--appendonly", "yes", "--appendfsync", "always")
+		c.memoryDir = true
 	}
 }
 
@@ -91,7 +96,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, opt := range opts {
 		opt(&cfg)
 	}
-	s := &Server{binary: binary, dir: t.TempDir(), args: cfg.args}
+	s := &Server{binary: binary, dir: dataDir(t, cfg.memoryDir), args: cfg.args}
 	t.Cleanup(func() {
 		s.Kill()
 		if t.Failed() {
@@ -297,4 +302,16 @@ func ping(addr string) error {
 		return nil
 	}
 	return fmt.Errorf("unexpected PING reply %q", strings.TrimSpace(line)) // e.g. -LOADING
+}
+
+// dataDir is the server's working directory: in /dev/shm when asked and
+// available (removed at cleanup), else in t.TempDir.
+func dataDir(t testing.TB, memory bool) string {
+	if memory {
+		if dir, err := os.MkdirTemp("/dev/shm", "sidelock-redis-"); err == nil {
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			return dir
+		}
+	}
+	return t.TempDir()
 }

@@ -26,7 +26,7 @@ type binarySetting struct {
 
 // binarySettings reads the SIDELOCK_* variables of the binary from the
 // `envconfig:"..."` tags in the sources of cmd/sidelock (parsed, not
-// imported: this module does not depend on the root one).
+// imported: it is package main).
 func binarySettings(t *testing.T) map[string]binarySetting {
 	t.Helper()
 	if _, err := os.Stat(binaryDir); err != nil {
@@ -79,7 +79,9 @@ func TestSidecarEnvMatchesBinary(t *testing.T) {
   enabled: false
   externalAddrs: ['a:6379']
   auth: {enabled: true, username: u, password: p}
-  tls: {enabled: true, caFile: /ca, certFile: /crt, keyFile: /key}`), releaseName)
+  tls: {enabled: true, caFile: /ca, certFile: /crt, keyFile: /key}
+sidecar:
+  apiToken: {existingSecret: lock-api-token}`), releaseName)
 	if err != nil {
 		t.Fatal(err)
 	}

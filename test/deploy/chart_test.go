@@ -283,16 +283,37 @@ func checkAuth(t *testing.T, tc chartCase, objs []object, sidecar corev1.Contain
 	}
 }
 
-// helmTestPod returns the `helm test` pod.
+// helmTestPod returns the `helm test` pod as it runs: when it opts in to
+// injection (the injector is on), as the injector, given the chart's own
+// sidecar spec, changes it; otherwise as rendered, with the sidecar from
+// the named template.
 func helmTestPod(t *testing.T, objs []object) workload {
 	t.Helper()
 	for _, w := range workloads(objs) {
-		if _, ok := w.obj.(*corev1.Pod); ok && w.meta().GetAnnotations()["helm.sh/hook"] == "test" {
-			if w.spec.RestartPolicy != corev1.RestartPolicyNever {
-				t.Errorf("%s: restartPolicy %q, want Never (the pod must complete)", w, w.spec.RestartPolicy)
-			}
+		pod, ok := w.obj.(*corev1.Pod)
+		if !ok || w.meta().GetAnnotations()["helm.sh/hook"] != "test" {
+			continue
+		}
+		if w.spec.RestartPolicy != corev1.RestartPolicyNever {
+			t.Errorf("%s: restartPolicy %q, want Never (the pod must complete)", w, w.spec.RestartPolicy)
+		}
+		if !isInjectable(pod) {
 			return w
 		}
+		if len(pod.Spec.InitContainers) > 0 {
+			t.Errorf("%s: opts in to injection but has init containers already", w)
+		}
+		spec, _ := injectorSpecOf(t, objs)
+		injected, _ := injectPod(t, spec, pod, releaseNS)
+		w = workloads([]object{{source: w.source + " (injected)", obj: injected}})[0]
+		for _, c := range w.containers() {
+			for _, m := range c.VolumeMounts {
+				if !slices.ContainsFunc(w.spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name }) {
+					t.Errorf("%s container %s: mount of unknown volume %s", w, c.Name, m.Name)
+				}
+			}
+		}
+		return w
 	}
 	t.Fatal("no helm test pod")
 	return workload{}

@@ -71,8 +71,10 @@ func decodeStrict(doc []byte) (runtime.Object, error) {
 		return nil, fmt.Errorf("no apiVersion/kind in %s", js)
 	}
 	gvk := schema.FromAPIVersionAndKind(tm.APIVersion, tm.Kind)
-	obj, err := scheme.Scheme.New(gvk)
-	if err != nil {
+	var obj runtime.Object
+	if newObj, ok := extraKinds[gvk]; ok {
+		obj = newObj()
+	} else if obj, err = scheme.Scheme.New(gvk); err != nil {
 		return nil, fmt.Errorf("unknown kind: %w", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(js))

@@ -28,8 +28,8 @@ func loadSchema(t *testing.T) jsonSchema {
 }
 
 // openMaps are the only objects whose keys are not ours: Helm's global
-// values (owned by a parent chart) and nodeSelector (label keys).
-var openMaps = []string{"/properties/global", "/properties/redis/properties/nodeSelector"}
+// values (owned by a parent chart) and nodeSelectors (label keys).
+var openMaps = []string{"/properties/global", "/properties/redis/properties/nodeSelector", "/properties/injector/properties/nodeSelector"}
 
 // Every object in the schema rejects unknown keys, so a mistyped value
 // fails instead of being ignored.

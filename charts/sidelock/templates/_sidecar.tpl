@@ -92,6 +92,18 @@ port and probes so they cannot drift apart; the lock API stays on loopback.
 - name: {{ $var }}
   value: {{ index $sc.config $key | toString | quote }}
 {{- end }}
+{{- /* Integers: int64 first, or YAML's float64 would print 1e+06. */}}
+{{- range $key, $var := dict "maxLocks" "SIDELOCK_MAX_LOCKS" "maxWaiters" "SIDELOCK_MAX_WAITERS" }}
+- name: {{ $var }}
+  value: {{ index $sc.config $key | int64 | toString | quote }}
+{{- end }}
+{{- with $sc.apiToken.existingSecret }}
+- name: SIDELOCK_API_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $sc.apiToken.key }}
+{{- end }}
 {{- if $redis.tls.enabled }}
 - name: SIDELOCK_REDIS_TLS
   value: "true"

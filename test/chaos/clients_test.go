@@ -1,0 +1,340 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/client"
+)
+
+// clientKind is how a client keeps its lock.
+type clientKind int
+
+const (
+	// heartbeat: a plain lease with ttl = the key ttl, kept by PUT every
+	// third of it; released with DELETE.
+	heartbeat clientKind = iota
+	// holder: hold=true; the open connection keeps the lock, renewals
+	// arrive as events; closing the connection releases it.
+	holder
+	// trier: try once (wait=0), back off on 409; otherwise like heartbeat.
+	trier
+	// pauser: a heartbeat client that, once in a while, stalls past its
+	// valid_until (a GC pause, a stopped VM) and then writes anyway: the
+	// case no lease can prevent and fencing must catch.
+	pauser
+)
+
+func (k clientKind) String() string {
+	return [...]string{"heartbeat", "holder", "trier", "pauser"}[k]
+}
+
+// Client behaviour.
+const (
+	waitFor       = 2 * time.Second       // wait for a held lock
+	writeEvery    = 10 * time.Millisecond // writes to the resource in a critical section
+	requestGrace  = 2 * time.Second       // beyond the wait, for an answer
+	heartbeatTime = 500 * time.Millisecond
+	releaseTime   = time.Second
+)
+
+// worker is one simulated application process using one sidecar.
+type worker struct {
+	id    int
+	kind  clientKind
+	car   *sidecarProc
+	names []string
+	o     *oracle
+	api   *client.Client
+	http  *http.Client
+	rng   *rand.Rand
+	// grants counts acquisitions, for owner labels.
+	grants int
+	// abandon, when set, makes the worker die in its next critical
+	// section: no more heartbeats, no release (a crashed process).
+	abandon atomic.Bool
+}
+
+func newWorker(id int, kind clientKind, car *sidecarProc, names []string, o *oracle) *worker {
+	tr := &http.Transport{MaxIdleConnsPerHost: 4, DialContext: (&net.Dialer{Timeout: time.Second}).DialContext}
+	hc := &http.Client{Transport: tr}
+	return &worker{id: id, kind: kind, car: car, names: names, o: o, api: client.New(car.api, hc), http: hc,
+		rng: rand.New(rand.NewPCG(uint64(id), 42))}
+}
+
+// run takes turns until ctx ends.
+func (w *worker) run(ctx context.Context) {
+	defer w.http.CloseIdleConnections()
+	for ctx.Err() == nil {
+		name := w.names[w.rng.IntN(len(w.names))]
+		if w.kind == holder {
+			w.holdOnce(ctx, name)
+		} else {
+			w.leaseOnce(ctx, name)
+		}
+	}
+}
+
+// nextOwner is a unique owner label per grant, so the masters tell this
+// grant's key from the worker's next one.
+func (w *worker) nextOwner(prefix string) string {
+	w.grants++
+	return prefix + strconv.Itoa(w.id) + "." + strconv.Itoa(w.grants)
+}
+
+// workTime is how long a critical section lasts: mostly short, sometimes
+// longer than the key ttl, so renewals and heartbeats matter.
+func (w *worker) workTime() time.Duration {
+	if w.rng.IntN(20) == 0 {
+		return 700*time.Millisecond + time.Duration(w.rng.Int64N(int64(1800*time.Millisecond)))
+	}
+	return 5*time.Millisecond + time.Duration(w.rng.Int64N(int64(45*time.Millisecond)))
+}
+
+// grant is a lock as the worker sees it: until deadline (valid_until on
+// the test's monotonic clock) it may act.
+type grant struct {
+	token    string
+	fence    int64
+	deadline time.Time
+}
+
+// deadlineOf turns valid_until (wall clock, same host) into a deadline on
+// the monotonic clock.
+func deadlineOf(validUntil time.Time) time.Time { return time.Now().Add(time.Until(validUntil)) }
+
+func (w *worker) leaseOnce(ctx context.Context, name string) {
+	wait := waitFor
+	if w.kind == trier {
+		wait = 0
+	}
+	actx, cancel := context.WithTimeout(ctx, wait+requestGrace)
+	owner := w.nextOwner("w")
+	l, err := w.api.Acquire(actx, name, client.Options{TTL: keyTTL, Wait: wait, Owner: owner})
+	cancel()
+	if err != nil {
+		w.failed(ctx, err)
+		return
+	}
+	g := grant{token: l.Token, fence: l.Fence, deadline: deadlineOf(l.ValidUntil)}
+	if !time.Now().Before(g.deadline) {
+		w.o.fail("late_grant") // answered after its own validity: never act on it
+		w.release(name, g.token)
+		return
+	}
+	s := w.o.enter(name, owner, w.id, w.car.idx, g.fence)
+	reason, at := w.critical(ctx, name, &g)
+	w.o.leave(s, at, reason)
+	if reason == "killed" {
+		w.o.died(name, owner, at, "client")
+		return // a dead process releases nothing
+	}
+	if reason == "paused" {
+		w.o.write(name, w.id, g.fence, true) // the stale write, after the pause
+	}
+	w.release(name, g.token)
+}
+
+// critical works until done, lost or out of validity, heartbeating plain
+// leases. It returns why it stopped and the last moment it was entitled
+// to act.
+func (w *worker) critical(ctx context.Context, name string, g *grant) (string, time.Time) {
+	done := time.Now().Add(w.workTime())
+	nextBeat := time.Now().Add(keyTTL / 3)
+	pauseAt := time.Time{}
+	if w.kind == pauser && w.rng.IntN(4) == 0 {
+		pauseAt = time.Now().Add(writeEvery)
+	}
+	for {
+		now := time.Now()
+		switch {
+		case !now.Before(g.deadline):
+			return "validity", g.deadline
+		case w.abandon.Load():
+			w.abandon.Store(false)
+			return "killed", now
+		case !pauseAt.IsZero() && !now.Before(pauseAt):
+			time.Sleep(time.Until(g.deadline) + keyTTL/2) // stalled past the lease
+			return "paused", g.deadline
+		case !now.Before(done) || ctx.Err() != nil:
+			return "done", now
+		}
+		w.o.write(name, w.id, g.fence, false)
+		if now.After(nextBeat) {
+			if lost := w.beat(ctx, name, g); lost {
+				return "lost", time.Now()
+			}
+			nextBeat = time.Now().Add(keyTTL / 3)
+		}
+		time.Sleep(writeEvery)
+	}
+}
+
+// beat is one heartbeat; a fresh valid_until moves the deadline. Only a
+// definite "gone" ends the section: any other failure leaves the last
+// promise standing until its deadline.
+func (w *worker) beat(ctx context.Context, name string, g *grant) (lost bool) {
+	bctx, cancel := context.WithTimeout(ctx, heartbeatTime)
+	defer cancel()
+	l, err := w.api.Extend(bctx, name, g.token, 0)
+	if errors.Is(err, client.ErrLeaseGone) {
+		return true
+	}
+	if err == nil && l.ValidUntil.After(time.Time{}) {
+		if d := deadlineOf(l.ValidUntil); d.After(g.deadline) {
+			g.deadline = d
+		}
+	}
+	return false
+}
+
+func (w *worker) release(name, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTime)
+	defer cancel()
+	_ = w.api.Release(ctx, name, token)
+}
+
+// holdOnce holds a lock over a connection; renewals move the deadline.
+func (w *worker) holdOnce(ctx context.Context, name string) {
+	actx, cancel := context.WithTimeout(ctx, waitFor+requestGrace)
+	owner := w.nextOwner("h")
+	h, err := w.api.Hold(actx, name, client.Options{Wait: waitFor, Owner: owner})
+	cancel()
+	if err != nil {
+		w.failed(ctx, err)
+		return
+	}
+	defer h.Release()
+	g := grant{token: h.Lease.Token, fence: h.Lease.Fence, deadline: deadlineOf(h.Lease.ValidUntil)}
+	if !time.Now().Before(g.deadline) {
+		w.o.fail("late_grant")
+		return
+	}
+	s := w.o.enter(name, owner, w.id, w.car.idx, g.fence)
+	done := time.Now().Add(w.workTime())
+	for {
+		now := time.Now()
+		if !now.Before(g.deadline) {
+			w.o.leave(s, g.deadline, "validity")
+			return
+		}
+		if !now.Before(done) || ctx.Err() != nil {
+			w.o.leave(s, now, "done")
+			return
+		}
+		if ended := w.drainEvents(h, &g); ended {
+			w.o.leave(s, time.Now(), "lost")
+			return
+		}
+		w.o.write(name, w.id, g.fence, false)
+		time.Sleep(writeEvery)
+	}
+}
+
+// drainEvents applies renewals and reports whether the stream ended.
+func (w *worker) drainEvents(h *client.Held, g *grant) bool {
+	for {
+		select {
+		case e, ok := <-h.Events():
+			if !ok || e.Kind != "renewed" {
+				return true
+			}
+			if d := deadlineOf(e.ValidUntil); d.After(g.deadline) {
+				g.deadline = d
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// failed records a failed acquisition and backs off.
+func (w *worker) failed(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // the run ended, not the lock service
+	}
+	cause := causeOf(err)
+	w.o.fail(cause)
+	pause := 20*time.Millisecond + time.Duration(w.rng.Int64N(int64(80*time.Millisecond)))
+	if cause == "sidecar_unreachable" || cause == "client_timeout" {
+		pause = 100 * time.Millisecond
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(pause):
+	}
+}
+
+// causeOf names why an acquisition failed.
+func causeOf(err error) string {
+	var apiErr *client.Error
+	var netErr *net.OpError
+	switch {
+	case errors.As(err, &apiErr):
+		return apiErr.Code
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "client_timeout"
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &netErr):
+		return "sidecar_unreachable" // killed, or closed the connection as it died
+	default:
+		return "other: " + shorten(err.Error())
+	}
+}
+
+func shorten(s string) string {
+	if len(s) > 60 {
+		return s[:60]
+	}
+	return s
+}
+
+// prober tries a private name once every 100ms on every sidecar: the
+// share it gets is the availability.
+func prober(ctx context.Context, cars []*sidecarProc, o *oracle, wg *sync.WaitGroup) {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
+	for _, car := range cars {
+		api := client.New(car.api, hc)
+		wg.Go(func() {
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for n := 0; ; n++ {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				probeOnce(ctx, api, car.idx, fmt.Sprintf("probe/%d/%d", car.idx, n), o)
+			}
+		})
+	}
+}
+
+func probeOnce(ctx context.Context, api *client.Client, sidecar int, name string, o *oracle) {
+	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	l, err := api.Acquire(pctx, name, client.Options{TTL: time.Second})
+	p := probe{sidecar: sidecar, at: start, took: time.Since(start), ok: err == nil}
+	if err != nil {
+		p.cause = causeOf(err)
+		if ctx.Err() != nil {
+			return // the run ended, not the sidecar
+		}
+	} else {
+		_ = api.Release(pctx, name, l.Token)
+	}
+	o.recordProbe(p)
+}

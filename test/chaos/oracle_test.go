@@ -1,0 +1,423 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	fencedresource "github.com/sidelock/sidelock/examples/fenced-resource"
+	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
+)
+
+// The oracle records what every client saw, on the test's monotonic clock
+// (all clients live in this process, so their clock readings are
+// comparable), and judges it afterwards.
+//
+//   - A critical section runs from the moment a client has a valid grant
+//     to the moment it stops acting: it released, learnt the lock was
+//     lost, or reached the grant's valid_until (clients never act after
+//     it: each write is checked against it first).
+//   - Two critical sections of one name that overlap are a mutual
+//     exclusion violation.
+//   - A grant whose fence is not above that of a critical section that
+//     ended before it began is a fence-order violation. (The resource
+//     itself never accepts a lower fence than it has seen: that is its
+//     rule.) A write by a holder within its validity that the resource
+//     rejects means two holders overlapped and the fence caught the
+//     older one; it is counted apart.
+//   - A write after valid_until (only the "paused client" scenario does
+//     that, on purpose) is stale; the resource must reject it once a newer
+//     holder has written.
+type oracle struct {
+	// masters are direct connections to the masters (no proxy), to see
+	// when a dead holder's key is gone.
+	masters []*redisnode.Node
+	watches sync.WaitGroup
+
+	mu       sync.Mutex
+	sections []*section
+	writes   []write
+	failures map[string]int
+	probes   []probe
+	deaths   []death
+	stores   map[string]*fencedresource.Store
+}
+
+type section struct {
+	name        string
+	owner       string // unique per grant: the owner label on the masters
+	client      int
+	sidecar     int
+	fence       int64
+	enter, exit time.Time
+	reason      string // why it ended: done, lost, validity, sidecar_gone, killed
+}
+
+type write struct {
+	name     string
+	client   int
+	fence    int64
+	at       time.Time
+	stale    bool // after the writer's valid_until
+	accepted bool
+}
+
+// probe is one try-once acquisition of a private name, for availability.
+type probe struct {
+	sidecar int
+	at      time.Time
+	took    time.Duration
+	ok      bool
+	cause   string
+}
+
+// death is a holder that died (its process, or its sidecar) at a moment,
+// and how long a majority of masters kept its key afterwards.
+type death struct {
+	name     string
+	at       time.Time
+	what     string
+	heldFor  time.Duration
+	released bool
+}
+
+func newOracle(names []string) *oracle {
+	o := &oracle{failures: map[string]int{}, stores: map[string]*fencedresource.Store{}}
+	for _, n := range names {
+		o.stores[n] = &fencedresource.Store{}
+	}
+	return o
+}
+
+func (o *oracle) enter(name, owner string, client, sidecar int, fence int64) *section {
+	s := &section{name: name, owner: owner, client: client, sidecar: sidecar, fence: fence, enter: time.Now()}
+	o.mu.Lock()
+	o.sections = append(o.sections, s)
+	o.mu.Unlock()
+	return s
+}
+
+// leave ends a critical section at the given moment (never after now).
+func (o *oracle) leave(s *section, at time.Time, reason string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if s.exit.IsZero() {
+		s.exit, s.reason = at, reason
+	}
+}
+
+// write performs a write at the name's fenced resource and records it.
+func (o *oracle) write(name string, client int, fence int64, stale bool) bool {
+	at := time.Now()
+	ok := o.stores[name].Write(fence, "written by a chaos client")
+	o.mu.Lock()
+	o.writes = append(o.writes, write{name: name, client: client, fence: fence, at: at, stale: stale, accepted: ok})
+	o.mu.Unlock()
+	return ok
+}
+
+func (o *oracle) fail(cause string) {
+	o.mu.Lock()
+	o.failures[cause]++
+	o.mu.Unlock()
+}
+
+func (o *oracle) recordProbe(p probe) {
+	o.mu.Lock()
+	o.probes = append(o.probes, p)
+	o.mu.Unlock()
+}
+
+// died records that the holder of name (owner) died at a moment, and
+// watches the masters until its key is gone from a majority.
+func (o *oracle) died(name, owner string, at time.Time, what string) {
+	o.watches.Go(func() {
+		heldFor, released := o.watchRelease(name, owner, at)
+		o.mu.Lock()
+		o.deaths = append(o.deaths, death{name: name, at: at, what: what, heldFor: heldFor, released: released})
+		o.mu.Unlock()
+	})
+}
+
+// watchRelease polls the masters (bounded) until fewer than a majority
+// hold name for owner.
+func (o *oracle) watchRelease(name, owner string, since time.Time) (time.Duration, bool) {
+	deadline := since.Add(3 * keyTTL)
+	for {
+		if !o.heldBy(name, owner) {
+			return time.Since(since), true
+		}
+		if time.Now().After(deadline) {
+			return time.Since(since), false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// heldBy is whether a majority of the masters hold name for owner (the
+// value on a master is "<grant id>:<owner>"). A master that does not
+// answer counts as not holding it: a stopped master's keys expire by the
+// clock, so they are gone when it resumes.
+func (o *oracle) heldBy(name, owner string) bool {
+	n := 0
+	for _, m := range o.masters {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		v, _, err := m.Get(ctx, keyPrefix+name)
+		cancel()
+		if _, got, _ := strings.Cut(v, ":"); err == nil && got == owner {
+			n++
+		}
+	}
+	return n > len(o.masters)/2
+}
+
+// waitWatches waits (bounded) for the watches of dead holders.
+func (o *oracle) waitWatches(within time.Duration) bool {
+	done := make(chan struct{})
+	go func() { o.watches.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(within):
+		return false
+	}
+}
+
+// activeOn returns the open critical sections of sidecar's clients.
+func (o *oracle) activeOn(sidecar int) []section {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var open []section
+	for _, s := range o.sections {
+		if s.sidecar == sidecar && s.exit.IsZero() {
+			open = append(open, *s)
+		}
+	}
+	return open
+}
+
+// verdict is what the oracle concluded about one scenario.
+type verdict struct {
+	grants           int
+	grantsInFault    int
+	failures         map[string]int
+	overlaps         int
+	fenceViolations  int
+	liveRejected     int // writes within validity the resource refused
+	staleRejected    int
+	staleAccepted    int
+	availability     float64 // share of probes granted, whole run
+	faultAvail       float64 // during the fault window
+	recovery         time.Duration
+	recovered        bool
+	maxHeldForDead   time.Duration
+	deaths           int
+	unreleased       int           // dead holders' keys still on a majority 3 key ttls later
+	failedProbeP99   time.Duration // how fast a refused acquire answered
+	bySidecar        []float64     // availability of each sidecar, whole run
+	worstOverlap     string
+	worstFenceReport string
+}
+
+// judge analyses everything recorded. window is the fault; recovery is
+// measured from its end.
+func (o *oracle) judge(start, faultStart, faultEnd, end time.Time, sidecars int) verdict {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	v := verdict{failures: map[string]int{}}
+	for k, n := range o.failures {
+		v.failures[k] = n
+	}
+	closed := o.closedSections(end)
+	v.grants = len(closed)
+	for _, s := range closed {
+		if !s.enter.Before(faultStart) && s.enter.Before(faultEnd) {
+			v.grantsInFault++
+		}
+	}
+	v.overlaps, v.worstOverlap = overlaps(closed)
+	v.fenceViolations, v.worstFenceReport = fenceOrder(closed)
+	for _, w := range o.writes {
+		switch {
+		case !w.stale && !w.accepted:
+			v.liveRejected++
+		case w.stale && w.accepted:
+			v.staleAccepted++
+		case w.stale:
+			v.staleRejected++
+		}
+	}
+	v.availability, v.faultAvail, v.failedProbeP99 = o.availability(start, faultStart, faultEnd, end)
+	v.recovery, v.recovered = o.recoveryAfter(faultEnd, end, sidecars)
+	v.bySidecar = o.availabilityBySidecar(start, end, sidecars)
+	v.maxHeldForDead, v.deaths, v.unreleased = o.heldForDead()
+	return v
+}
+
+// closedSections are the sections with an end; a section still open when
+// the run ended is closed at the end.
+func (o *oracle) closedSections(end time.Time) []*section {
+	out := make([]*section, 0, len(o.sections))
+	for _, s := range o.sections {
+		c := *s
+		if c.exit.IsZero() {
+			c.exit, c.reason = end, "run_ended"
+		}
+		out = append(out, &c)
+	}
+	return out
+}
+
+// overlaps counts sections that began before an earlier section of the
+// same name ended.
+func overlaps(sections []*section) (int, string) {
+	n, worst := 0, ""
+	for name, group := range byName(sections) {
+		slices.SortFunc(group, func(a, b *section) int { return a.enter.Compare(b.enter) })
+		var open *section // the section that ends last so far
+		for _, s := range group {
+			if open != nil && s.enter.Before(open.exit) {
+				n++
+				if worst == "" {
+					worst = describeOverlap(name, open, s)
+				}
+			}
+			if open == nil || s.exit.After(open.exit) {
+				open = s
+			}
+		}
+	}
+	return n, worst
+}
+
+func describeOverlap(name string, a, b *section) string {
+	return fmt.Sprintf("%s granted to %s on sidecar%d (fence %d) while %s on sidecar%d (fence %d) still held it for %v (its section ended by %s)",
+		name, b.owner, b.sidecar, b.fence, a.owner, a.sidecar, a.fence, a.exit.Sub(b.enter).Round(time.Millisecond), a.reason)
+}
+
+// fenceOrder counts grants whose fence is not above the fence of every
+// section of the same name that ended before they began.
+func fenceOrder(sections []*section) (int, string) {
+	n, worst := 0, ""
+	for name, group := range byName(sections) {
+		byExit := slices.Clone(group)
+		slices.SortFunc(byExit, func(a, b *section) int { return a.exit.Compare(b.exit) })
+		slices.SortFunc(group, func(a, b *section) int { return a.enter.Compare(b.enter) })
+		j := 0
+		var highest int64
+		for _, s := range group {
+			for j < len(byExit) && byExit[j].exit.Before(s.enter) {
+				highest = max(highest, byExit[j].fence)
+				j++
+			}
+			if s.fence <= highest {
+				n++
+				if worst == "" {
+					worst = fmt.Sprintf("%s: fence %d granted after a section with fence %d had ended", name, s.fence, highest)
+				}
+			}
+		}
+	}
+	return n, worst
+}
+
+func byName(sections []*section) map[string][]*section {
+	out := map[string][]*section{}
+	for _, s := range sections {
+		out[s.name] = append(out[s.name], s)
+	}
+	return out
+}
+
+// availability is the share of probes granted over the run and during the
+// fault, and the 99th percentile latency of refused probes.
+func (o *oracle) availability(start, faultStart, faultEnd, end time.Time) (all, fault float64, refusedP99 time.Duration) {
+	var n, ok, fn, fok int
+	var refused []time.Duration
+	for _, p := range o.probes {
+		if p.at.Before(start) || p.at.After(end) {
+			continue
+		}
+		n++
+		inFault := !p.at.Before(faultStart) && p.at.Before(faultEnd)
+		if inFault {
+			fn++
+		}
+		if p.ok {
+			ok++
+			if inFault {
+				fok++
+			}
+		} else if p.cause == "no_quorum" {
+			refused = append(refused, p.took)
+		}
+	}
+	all, fault = ratio(ok, n), ratio(fok, fn)
+	if len(refused) > 0 {
+		sort.Slice(refused, func(i, j int) bool { return refused[i] < refused[j] })
+		refusedP99 = refused[len(refused)*99/100]
+	}
+	return all, fault, refusedP99
+}
+
+func (o *oracle) availabilityBySidecar(start, end time.Time, sidecars int) []float64 {
+	n, ok := make([]int, sidecars), make([]int, sidecars)
+	for _, p := range o.probes {
+		if p.at.Before(start) || p.at.After(end) {
+			continue
+		}
+		n[p.sidecar]++
+		if p.ok {
+			ok[p.sidecar]++
+		}
+	}
+	out := make([]float64, sidecars)
+	for i := range out {
+		out[i] = ratio(ok[i], n[i])
+	}
+	return out
+}
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 1
+	}
+	return float64(a) / float64(b)
+}
+
+// recoveryAfter is how long after the fault ended every sidecar granted a
+// probe again.
+func (o *oracle) recoveryAfter(faultEnd, end time.Time, sidecars int) (time.Duration, bool) {
+	first := make([]time.Time, sidecars)
+	for _, p := range o.probes {
+		if p.ok && !p.at.Before(faultEnd) && p.at.Before(end) && (first[p.sidecar].IsZero() || p.at.Before(first[p.sidecar])) {
+			first[p.sidecar] = p.at.Add(p.took)
+		}
+	}
+	var worst time.Duration
+	for _, f := range first {
+		if f.IsZero() {
+			return 0, false
+		}
+		worst = max(worst, f.Sub(faultEnd))
+	}
+	return worst, true
+}
+
+// heldForDead is the longest a dead holder's key stayed on a majority of
+// the masters, how many holders died, and how many keys never went.
+func (o *oracle) heldForDead() (worst time.Duration, deaths, unreleased int) {
+	for _, d := range o.deaths {
+		worst = max(worst, d.heldFor)
+		if !d.released {
+			unreleased++
+		}
+	}
+	return worst, len(o.deaths), unreleased
+}
