@@ -37,11 +37,20 @@ func badRequest(code, format string, args ...any) error {
 }
 
 // writeJSON is the one place that encodes a success body.
+// The body is encoded first so the answer carries a Content-Length and
+// goes out in one write, even when the handler flushes it itself.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+	body, err := json.Marshal(v)
+	if err != nil {
+		status, body = http.StatusInternalServerError, []byte(`{"code":"internal","title":"Internal Server Error","status":500}`)
+	}
+	body = append(body, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(body)
 }
 
 // writeError is the one place that maps an error to a status and a code.

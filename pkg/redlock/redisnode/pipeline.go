@@ -9,13 +9,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Coalescing: every scripted call goes through a pipeliner, whose few
-// workers each take all the calls waiting at that moment (up to maxBatch)
-// and send them as one pipeline: one write and one read for many callers.
-// A lone caller pays a goroutine hand-off (a few µs); many concurrent
-// callers, and renewals that fall due together, share round trips and
-// syscalls instead of each holding a connection for its own. The number of
-// workers is the number of command connections a node keeps busy.
+// Coalescing: every scripted call goes through a pipeliner. A caller that
+// finds a pipeline slot free sends, as one pipeline, its own call and every
+// call queued at that moment, and keeps going while calls keep arriving;
+// callers that find every slot busy queue and wait. A lone caller thus
+// pays no hand-off to another goroutine, while many concurrent callers, and
+// renewals that fall due together, share round trips and syscalls instead
+// of each holding a connection. The number of slots is the number of
+// command connections a node keeps busy.
 
 const (
 	defaultPipelines = 1
@@ -34,36 +35,34 @@ type call struct {
 
 type pipeliner struct {
 	client *redis.Client
-	calls  chan *call
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	slots  chan struct{} // a token per pipeline that may be in flight
+
+	mu     sync.Mutex
+	queue  []*call
+	closed bool
 }
 
-func newPipeliner(client *redis.Client, workers int) *pipeliner {
-	if workers <= 0 {
-		workers = defaultPipelines
+func newPipeliner(client *redis.Client, slots int) *pipeliner {
+	if slots <= 0 {
+		slots = defaultPipelines
 	}
-	p := &pipeliner{client: client, calls: make(chan *call, maxBatch), stop: make(chan struct{})}
-	for range workers {
-		p.wg.Go(p.work)
-	}
-	return p
+	return &pipeliner{client: client, slots: make(chan struct{}, slots)}
 }
 
 var errClosed = errors.New("node closed")
 
-// run queues a scripted call and waits for its reply or for ctx to end
-// (the command may still run; its reply is then dropped, as after any
-// timeout).
+// run queues a scripted call, sends queued calls while a slot is free, and
+// waits for its reply or for ctx to end (the command may still run; its
+// reply is then dropped, as after any timeout).
 func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if err := ctx.Err(); err != nil {
+		return failed(ctx, err)
+	}
 	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
-	select {
-	case p.calls <- c:
-	case <-ctx.Done():
-		return failed(ctx, ctx.Err())
-	case <-p.stop:
+	if !p.enqueue(c) {
 		return failed(ctx, errClosed)
 	}
+	p.drive()
 	select {
 	case <-c.done:
 		return c.cmd
@@ -72,38 +71,62 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	}
 }
 
+func (p *pipeliner) enqueue(c *call) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.queue = append(p.queue, c)
+	return true
+}
+
+// drive sends batches while it holds a slot and calls are queued. It
+// checks the queue again after giving the slot back, so a call queued by a
+// caller that found no slot free is never left behind.
+func (p *pipeliner) drive() {
+	for {
+		select {
+		case p.slots <- struct{}{}:
+		default:
+			return // a slot holder will send it
+		}
+		for batch := p.take(); len(batch) > 0; batch = p.take() {
+			p.exec(batch)
+		}
+		<-p.slots
+		if p.pending() == 0 {
+			return
+		}
+	}
+}
+
+func (p *pipeliner) take() []*call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := min(len(p.queue), maxBatch)
+	batch := p.queue[:n:n]
+	p.queue = p.queue[n:]
+	return batch
+}
+
+func (p *pipeliner) pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queue)
+}
+
 func failed(ctx context.Context, err error) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
 	cmd.SetErr(err)
 	return cmd
 }
 
+// close fails calls queued from now on; calls in flight finish.
 func (p *pipeliner) close() {
-	close(p.stop)
-	p.wg.Wait()
-}
-
-// work sends batches until the node closes.
-func (p *pipeliner) work() {
-	batch := make([]*call, 0, maxBatch)
-	for {
-		select {
-		case <-p.stop:
-			return
-		case c := <-p.calls:
-			batch = append(batch[:0], c)
-		}
-	drain:
-		for len(batch) < maxBatch {
-			select {
-			case c := <-p.calls:
-				batch = append(batch, c)
-			default:
-				break drain
-			}
-		}
-		p.exec(batch)
-	}
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
 }
 
 // exec sends one batch, loading scripts the server does not know (after a
@@ -128,6 +151,10 @@ func (p *pipeliner) exec(batch []*call) {
 }
 
 func (p *pipeliner) send(ctx context.Context, batch []*call) []*redis.Cmd {
+	if len(batch) == 1 { // go-redis's plain command path is cheaper than a pipeline of one
+		c := batch[0]
+		return []*redis.Cmd{p.client.EvalSha(ctx, c.script.Hash(), c.keys, c.args...)}
+	}
 	pipe := p.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, c := range batch {
