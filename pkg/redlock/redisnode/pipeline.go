@@ -62,7 +62,7 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	if !p.enqueue(c) {
 		return failed(ctx, errClosed)
 	}
-	p.drive()
+	p.drive(c)
 	select {
 	case <-c.done:
 		return c.cmd
@@ -83,21 +83,48 @@ func (p *pipeliner) enqueue(c *call) bool {
 
 // drive sends batches while it holds a slot and calls are queued. It
 // checks the queue again after giving the slot back, so a call queued by a
-// caller that found no slot free is never left behind.
-func (p *pipeliner) drive() {
+// caller that found no slot free is never left behind. Under sustained
+// load a caller whose own call is answered hands the driving to a fresh
+// goroutine after a few batches rather than serve others for ever.
+func (p *pipeliner) drive(own *call) {
 	for {
 		select {
 		case p.slots <- struct{}{}:
 		default:
 			return // a slot holder will send it
 		}
-		for batch := p.take(); len(batch) > 0; batch = p.take() {
+		handOff := false
+		for batches, batch := 0, p.take(); len(batch) > 0; batch = p.take() {
 			p.exec(batch)
+			if batches++; batches >= maxDrivenBatches && answered(own) {
+				handOff = true
+				break
+			}
 		}
 		<-p.slots
 		if p.pending() == 0 {
 			return
 		}
+		if handOff {
+			go p.drive(nil)
+			return
+		}
+	}
+}
+
+// maxDrivenBatches bounds the batches one caller sends for others once its
+// own call is answered.
+const maxDrivenBatches = 4
+
+func answered(c *call) bool {
+	if c == nil {
+		return false
+	}
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
 	}
 }
 
