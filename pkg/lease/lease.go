@@ -2,14 +2,15 @@
 // alive for callers that are still alive.
 //
 // Two clocks run per lease. The key on the masters carries a short key ttl
-// (default 10s, never more than the caller's ttl) that a keep-alive goroutine
-// renews on a quorum about every third of it, so a sidecar that dies frees its
-// locks within one key ttl. The caller's lease (its ttl) is kept alive by
-// Extend; when it lapses, renewal stops and the key is released at once.
+// (default 10s, never more than the caller's ttl) that the Manager's one
+// renewer goroutine renews on a quorum about every third of it, in batches
+// across leases (renewer.go), so a sidecar that dies frees its locks within
+// one key ttl. The caller's lease (its ttl) is kept alive by Extend; when it
+// lapses, renewal stops and the key is released at once.
 //
-// Each lease is owned by exactly one goroutine: renewals, extends, releases
-// and the lapse are all serialised through it, so no lock is held across I/O
-// and no two operations on one lease race.
+// A lease's heartbeats, release and end are serialised by its own mutex
+// (keepalive.go), so no two operations on one lease race, while leases
+// never wait for each other.
 //
 // What is NOT guaranteed: a lease is an advisory lock. ValidUntil is the only
 // promise — until then a majority of masters holds the key. If every renewal
