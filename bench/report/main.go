@@ -7,6 +7,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -101,13 +102,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: report BENCH_OUTPUT")
 		os.Exit(2)
 	}
-	f, err := os.Open(os.Args[1])
+	raw, err := os.ReadFile(os.Args[1])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	defer f.Close()
-	write(os.Stdout, parse(f))
+	write(os.Stdout, parse(bytes.NewReader(raw)))
 }
 
 func write(w io.Writer, r results) {

@@ -65,6 +65,13 @@ func startSidecar(t *testing.T, masters []*redistest.Server, env ...string) *sid
 	for i, m := range masters {
 		addrs[i] = m.Addr()
 	}
+	return startSidecarAt(t, addrs, env...)
+}
+
+// startSidecarAt runs a sidecar over masters at addrs (for TLS ports that
+// redistest does not know about) and waits until it serves /healthz.
+func startSidecarAt(t *testing.T, addrs []string, env ...string) *sidecar {
+	t.Helper()
 	apiAddr, adminAddr := freeAddr(t), freeAddr(t)
 	cmd := sidecarCommand(addrs, apiAddr, adminAddr, env)
 	s := &sidecar{cmd: cmd, api: "http://" + apiAddr, admin: "http://" + adminAddr, exit: make(chan error, 1), log: &strings.Builder{}}

@@ -29,35 +29,6 @@ const (
 	apiTokenE2E   = "api-token-N4bH6sJ1eU0f"
 )
 
-// startSidecarAt runs a sidecar over masters at addrs (for TLS ports that
-// redistest does not know about) and waits until it serves /healthz.
-func startSidecarAt(t *testing.T, addrs []string, env ...string) *sidecar {
-	t.Helper()
-	apiAddr, adminAddr := freeAddr(t), freeAddr(t)
-	cmd := sidecarCommand(addrs, apiAddr, adminAddr, env)
-	s := &sidecar{cmd: cmd, api: "http://" + apiAddr, admin: "http://" + adminAddr, exit: make(chan error, 1), log: &strings.Builder{}}
-	cmd.Stdout, cmd.Stderr = &syncWriter{b: &strings.Builder{}}, &syncWriter{b: s.log}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { s.exit <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-s.exit
-		if t.Failed() {
-			t.Logf("sidecar log:\n%s", s.logText())
-		}
-	})
-	eventually(t, 10*time.Second, "sidecar serves /healthz", func() bool {
-		res, err := http.Get(s.admin + "/healthz")
-		if err == nil {
-			res.Body.Close()
-		}
-		return err == nil && res.StatusCode == 200
-	})
-	return s
-}
-
 // acquireSoon acquires path, retrying a 503 for a moment: under the race
 // detector the very first rounds (new connections: AUTH, a TLS handshake,
 // loading the scripts) can overrun the 50ms node timeout on a busy machine.

@@ -89,13 +89,3 @@ func (m *Manager) maxHoldAt(now time.Time, requested time.Duration) time.Time {
 	}
 	return now.Add(limit)
 }
-
-// maxHoldTimer fires when the lease reaches its cap (never without one).
-func (l *lease) maxHoldTimer() *time.Timer {
-	if l.maxHoldAt.IsZero() {
-		t := time.NewTimer(time.Hour)
-		t.Stop()
-		return t
-	}
-	return time.NewTimer(l.maxHoldAt.Sub(l.m.cfg.Now()))
-}

@@ -309,7 +309,7 @@ func ping(addr string) error {
 func dataDir(t testing.TB, memory bool) string {
 	if memory {
 		if dir, err := os.MkdirTemp("/dev/shm", "sidelock-redis-"); err == nil {
-			t.Cleanup(func() { os.RemoveAll(dir) })
+			t.Cleanup(func() { _ = os.RemoveAll(dir) })
 			return dir
 		}
 	}

@@ -59,7 +59,7 @@ func buildSidelock(out string) error {
 	}
 	cmd := exec.Command(gobin, append(args, "github.com/sidelock/sidelock/cmd/sidelock")...)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("chaos: building the sidecar: %v\n%s", err, b)
+		return fmt.Errorf("chaos: building the sidecar: %w\n%s", err, b)
 	}
 	return nil
 }
