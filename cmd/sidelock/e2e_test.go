@@ -503,7 +503,9 @@ func TestE2ERestartedMasterSitsOutItsProbation(t *testing.T) {
 	restartBegan := time.Now()
 	masters[0].Restart(t) // kill -9, then start again, empty
 	var m0 map[string]any
-	eventually(t, time.Second, "/readyz shows the restarted master on probation", func() bool {
+	// go-redis may fail fast for up to ~1s after a master returns (its dial
+	// back-off), so the master can look down before it looks on probation.
+	eventually(t, 3*time.Second, "/readyz shows the restarted master on probation", func() bool {
 		m0 = a.readyzMasters(t)[0]
 		return m0["eligible"] == false && m0["probation_remaining"] != nil
 	})
