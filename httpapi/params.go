@@ -50,11 +50,13 @@ func boolean(name string, v *jsonBool) (bool, error) {
 	if v == nil {
 		return false, nil
 	}
-	b, err := strconv.ParseBool(string(*v))
-	if err != nil || (string(*v) != "true" && string(*v) != "false" && string(*v) != "1" && string(*v) != "0") {
-		return false, badRequest("invalid_"+name, "%s must be true or false, got %q", name, string(*v))
+	switch *v {
+	case "true", "1":
+		return true, nil
+	case "false", "0":
+		return false, nil
 	}
-	return b, nil
+	return false, badRequest("invalid_"+name, "%s must be true or false, got %q", name, string(*v))
 }
 
 // tokenHeader carries the lease token (preferred: it stays out of URLs and

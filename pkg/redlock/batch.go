@@ -68,11 +68,7 @@ func (l *Locker) extendChunk(ctx context.Context, items []ExtendItem, grants []G
 				replies[i] = reply{ok: answers[i][k], held: !answers[i][k]}
 			}
 		}
-		t := tally(replies)
-		grants[k], errs[k] = l.judge(t, start, it.TTL)
-		if errs[k] != nil && t.held > len(l.nodes)-l.quorum {
-			errs[k] = fmt.Errorf("%w: %d of %d masters hold another value", ErrNotHeld, t.held, len(l.nodes))
-		}
+		grants[k], errs[k] = l.judgeExtend(replies, start, it.TTL)
 	}
 }
 

@@ -224,6 +224,12 @@ func (l *Locker) Extend(ctx context.Context, key, value string, ttl time.Duratio
 		ok, err := n.Extend(ctx, key, value, ttl)
 		return reply{ok: ok, held: err == nil && !ok, err: err}
 	})
+	return l.judgeExtend(replies, start, ttl)
+}
+
+// judgeExtend is the verdict on one key's extend round: a grant, ErrNotHeld
+// when others hold it on too many masters for a quorum, else ErrNoQuorum.
+func (l *Locker) judgeExtend(replies []reply, start time.Time, ttl time.Duration) (Grant, error) {
 	t := tally(replies)
 	grant, err := l.judge(t, start, ttl)
 	if err != nil && t.held > len(l.nodes)-l.quorum {
