@@ -48,14 +48,50 @@ type NodeState struct {
 
 // Report is the state of every master and whether they make a quorum.
 type Report struct {
-	Ready    bool        `json:"ready"`
-	Quorum   int         `json:"quorum"`
+	// Ready is whether the groups have their quorums, as ReadyPolicy asks:
+	// with one group, whether it has a quorum.
+	Ready bool `json:"ready"`
+	// Quorum is the one group's majority (0 with several groups: see Groups).
+	Quorum   int         `json:"quorum,omitempty"`
 	Up       int         `json:"up"`
 	Eligible int         `json:"eligible"` // up and counted towards a quorum
 	Nodes    []NodeState `json:"masters"`
+	// ReadyPolicy and Groups are set with several quorum groups.
+	ReadyPolicy ReadyPolicy  `json:"ready_policy,omitempty"`
+	Groups      []GroupState `json:"groups,omitempty"`
 	// GuardEvents counts the guards' findings since start.
 	GuardEvents GuardEvents `json:"guard_events"`
 }
+
+// GroupState is one quorum group's state after the last round.
+type GroupState struct {
+	Name     string   `json:"name"`
+	Ready    bool     `json:"ready"` // a quorum of its masters is up and eligible
+	Quorum   int      `json:"quorum"`
+	Up       int      `json:"up"`
+	Eligible int      `json:"eligible"`
+	Masters  []string `json:"masters"`
+}
+
+// Group describes a quorum group: the next Size masters in the order given
+// to New, of which Quorum make a majority.
+type Group struct {
+	Name   string
+	Size   int
+	Quorum int
+}
+
+// ReadyPolicy says when a sidecar with several quorum groups is ready.
+type ReadyPolicy string
+
+const (
+	// ReadyAllGroups is ready only while every group has its quorum: a
+	// sidecar that cannot lock some names is taken out of service.
+	ReadyAllGroups ReadyPolicy = "all"
+	// ReadyAnyGroup is ready while at least one group has its quorum: the
+	// names of a group without quorum fail (503) and the rest keep working.
+	ReadyAnyGroup ReadyPolicy = "any"
+)
 
 // GuardEvents counts what the safety guards found, since the checker
 // started. Each count only grows.
@@ -109,13 +145,18 @@ type Config struct {
 	SetEligible func(i int, eligible bool)
 	// Logger receives the guards' findings (default: discarded).
 	Logger *slog.Logger
+
+	// Groups splits the masters into quorum groups (nil: one group of all
+	// of them, with the quorum given to New), and ReadyPolicy says which
+	// groups must have a quorum for the Report to be ready (default all).
+	Groups      []Group
+	ReadyPolicy ReadyPolicy
 }
 
 // Checker checks the masters. Report is safe for concurrent use.
 type Checker struct {
-	nodes  []redlock.Node
-	quorum int
-	cfg    Config
+	nodes []redlock.Node
+	cfg   Config
 
 	round  sync.Mutex // one round at a time: rounds update guards
 	guards guards
@@ -125,11 +166,13 @@ type Checker struct {
 }
 
 // New returns a Checker of nodes, ready when quorum of them answer and
-// are eligible. With a RestartGuard, every master is kept out of the quorum
+// are eligible; with cfg.Groups, quorum is ignored and each group has its
+// own (nodes then lists the groups' masters one group after another).
+// With a RestartGuard, every master is kept out of the quorum
 // until the first round has judged it: run a Check before serving.
 func New(nodes []redlock.Node, quorum int, cfg Config) (*Checker, error) {
-	if len(nodes) == 0 || quorum < 1 || quorum > len(nodes) {
-		return nil, errors.New("health: need at least one master and a quorum within their number")
+	if err := checkGroups(len(nodes), quorum, &cfg); err != nil {
+		return nil, err
 	}
 	if cfg.RestartGuard < 0 {
 		return nil, errors.New("health: the restart guard must not be negative")
@@ -149,13 +192,15 @@ func New(nodes []redlock.Node, quorum int, cfg Config) (*Checker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Checker{nodes: nodes, quorum: quorum, cfg: cfg, guards: newGuards(len(nodes))}
-	c.last = Report{Quorum: quorum, Nodes: make([]NodeState, len(nodes))}
+	c := &Checker{nodes: nodes, cfg: cfg, guards: newGuards(len(nodes))}
+	states := make([]NodeState, len(nodes))
 	unjudged := cfg.RestartGuard == 0 // nothing to wait for
 	for i, n := range nodes {
-		c.last.Nodes[i] = NodeState{Addr: n.Addr(), Error: "not checked yet", Eligible: unjudged}
+		states[i] = NodeState{Addr: n.Addr(), Error: "not checked yet", Eligible: unjudged}
 		cfg.SetEligible(i, unjudged)
 	}
+	c.last = c.summarise(states)
+	c.last.Ready = false // not before the first round
 	return c, nil
 }
 
@@ -188,16 +233,8 @@ func (c *Checker) Check(ctx context.Context) Report {
 	for i, s := range states {
 		c.cfg.SetEligible(i, s.Eligible)
 	}
-	r := Report{Quorum: c.quorum, Nodes: states, GuardEvents: events}
-	for _, s := range states {
-		if s.Up {
-			r.Up++
-		}
-		if s.Up && s.Eligible {
-			r.Eligible++
-		}
-	}
-	r.Ready = r.Eligible >= c.quorum
+	r := c.summarise(states)
+	r.GuardEvents = events
 	c.mu.Lock()
 	prev := c.last
 	c.last = r

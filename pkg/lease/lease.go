@@ -133,7 +133,7 @@ type Status struct {
 
 // Manager holds the leases of this sidecar.
 type Manager struct {
-	locker *redlock.Locker
+	locker Locker
 	cfg    Config
 	obs    Observer
 	log    *slog.Logger
@@ -154,7 +154,7 @@ type Manager struct {
 }
 
 // NewManager returns a Manager that locks through locker.
-func NewManager(locker *redlock.Locker, cfg Config) (*Manager, error) {
+func NewManager(locker Locker, cfg Config) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

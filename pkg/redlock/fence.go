@@ -62,8 +62,32 @@ func checkFencers(nodes []Node) error {
 	return nil
 }
 
+// AcquireAbove is Acquire whose fence, when fencing is on, is also greater
+// than floor. A caller that holds one name in two sets of masters at once
+// (quorum groups during a migration, see package shard) uses it to give
+// the grant one fence that is above the fences of both sets; with fencing
+// off it is plain Acquire.
+func (l *Locker) AcquireAbove(ctx context.Context, key, value string, ttl time.Duration, floor int64) (Grant, error) {
+	if !l.fencing {
+		return l.Acquire(ctx, key, value, ttl)
+	}
+	return l.acquireFenced(ctx, key, value, ttl, floor)
+}
+
+// RaiseFence raises key's fence counter to fence on the masters where value
+// holds key, and succeeds when a majority did, so that every later grant of
+// key by this Locker gets a fence above it. A no-op when fencing is off.
+func (l *Locker) RaiseFence(ctx context.Context, key, value string, fence int64) error {
+	if !l.fencing {
+		return nil
+	}
+	start := l.now()
+	_, err := l.commitFence(ctx, key, value, fence, start, 0)
+	return err
+}
+
 // acquireFenced runs both rounds; on any failure it releases everywhere.
-func (l *Locker) acquireFenced(ctx context.Context, key, value string, ttl time.Duration) (Grant, error) {
+func (l *Locker) acquireFenced(ctx context.Context, key, value string, ttl time.Duration, floor int64) (Grant, error) {
 	start := l.now()
 	fenceKey := FenceKey(key)
 	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
@@ -74,17 +98,35 @@ func (l *Locker) acquireFenced(ctx context.Context, key, value string, ttl time.
 	if _, err := l.judge(t, start, ttl); err != nil {
 		return Grant{}, l.failAcquire(ctx, key, value, replies, t, err)
 	}
-	fence := maxFence(replies) + 1
+	fence := max(maxFence(replies), floor) + 1
+	grant, err := l.commitFence(ctx, key, value, fence, start, ttl)
+	if err != nil {
+		_ = l.releaseAll(ctx, key, value)
+		return Grant{}, err
+	}
+	grant.Fence = fence
+	return grant, nil
+}
+
+// commitFence runs the commit round. With ttl 0 only the majority is
+// judged (RaiseFence on a grant whose validity the caller already has).
+func (l *Locker) commitFence(ctx context.Context, key, value string, fence int64, start time.Time, ttl time.Duration) (Grant, error) {
+	fenceKey := FenceKey(key)
 	commits := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
 		ok, err := n.(Fencer).CommitFence(ctx, key, fenceKey, value, fence, l.fenceRetention)
 		return reply{ok: ok, held: err == nil && !ok, err: err}
 	})
-	grant, err := l.judge(tally(commits), start, ttl)
+	t := tally(commits)
+	if ttl == 0 {
+		if t.ok < l.quorum {
+			return Grant{}, fmt.Errorf("committing the fence: %w: %d of %d masters committed, %d needed", ErrNoQuorum, t.ok, t.total, l.quorum)
+		}
+		return Grant{}, nil
+	}
+	grant, err := l.judge(t, start, ttl)
 	if err != nil {
-		_ = l.releaseAll(ctx, key, value)
 		return Grant{}, fmt.Errorf("committing the fence: %w", err)
 	}
-	grant.Fence = fence
 	return grant, nil
 }
 

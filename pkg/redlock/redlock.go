@@ -188,7 +188,7 @@ func (l *Locker) Drift(ttl time.Duration) time.Duration {
 // ErrLockHeld) or an error matching ErrNoQuorum.
 func (l *Locker) Acquire(ctx context.Context, key, value string, ttl time.Duration) (Grant, error) {
 	if l.fencing {
-		return l.acquireFenced(ctx, key, value, ttl)
+		return l.acquireFenced(ctx, key, value, ttl, 0)
 	}
 	start := l.now()
 	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {

@@ -1,0 +1,23 @@
+package lease
+
+import (
+	"context"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/redlock"
+)
+
+// Locker is the lock algorithm the Manager drives: a *redlock.Locker over
+// one quorum of masters, or a router that spreads names over several
+// quorum groups (package shard). Its methods have redlock.Locker's
+// meaning and errors.
+type Locker interface {
+	Acquire(ctx context.Context, key, value string, ttl time.Duration) (redlock.Grant, error)
+	Extend(ctx context.Context, key, value string, ttl time.Duration) (redlock.Grant, error)
+	ExtendMany(ctx context.Context, items []redlock.ExtendItem) ([]redlock.Grant, []error)
+	Release(ctx context.Context, key, value string) error
+	Inspect(ctx context.Context, key string) (redlock.Holder, error)
+	WatchReleases(key string, notify func()) (cancel func())
+}
+
+var _ Locker = (*redlock.Locker)(nil)
