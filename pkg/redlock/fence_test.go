@@ -112,3 +112,40 @@ func TestFencingNeedsFencers(t *testing.T) {
 		t.Fatal("fencing accepted over a node without counters")
 	}
 }
+
+func TestAcquireAboveAndRaiseFenceCarryAFenceBetweenLockers(t *testing.T) {
+	ctx := context.Background()
+	_, nodes := frozenMasters(3)
+	l, err := redlock.New(nodes, redlock.Config{Fencing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor := int64(9_000_000_000_000_000)
+	g, err := l.AcquireAbove(ctx, "k", "v1", 10*time.Second, floor)
+	if err != nil || g.Fence != floor+1 {
+		t.Fatalf("AcquireAbove: fence %d, %v; want %d", g.Fence, err, floor+1)
+	}
+	if err := l.RaiseFence(ctx, "k", "v1", floor+100); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RaiseFence(ctx, "k", "not-the-holder", floor+1000); err == nil {
+		t.Error("RaiseFence by a value that does not hold the key succeeded")
+	}
+	_ = l.Release(ctx, "k", "v1")
+	g, err = l.Acquire(ctx, "k", "v2", 10*time.Second)
+	if err != nil || g.Fence != floor+101 {
+		t.Fatalf("Acquire after RaiseFence: fence %d, %v; want %d", g.Fence, err, floor+101)
+	}
+}
+
+func TestAcquireAboveWithoutFencingIsAcquire(t *testing.T) {
+	_, nodes := frozenMasters(3)
+	l, _ := redlock.New(nodes, redlock.Config{})
+	g, err := l.AcquireAbove(context.Background(), "k", "v", 10*time.Second, 42)
+	if err != nil || g.Fence != 0 {
+		t.Fatalf("fence %d, %v; want 0 and no error", g.Fence, err)
+	}
+	if err := l.RaiseFence(context.Background(), "k", "v", 100); err != nil {
+		t.Fatal(err)
+	}
+}
