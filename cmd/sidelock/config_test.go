@@ -17,7 +17,7 @@ func validConfig() config {
 		NodeTimeout: 50 * time.Millisecond, DriftFactor: 0.01, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour,
 		KeyTTL: 10 * time.Second, MaxWait: 5 * time.Minute, HealthInterval: time.Second, ShutdownTimeout: 5 * time.Second,
 		LogFormat: "text", LogLevel: "info", Fencing: true, FenceRetention: time.Hour,
-		MaxLocks: 10000, MaxWaiters: 10000,
+		MaxLocks: 10000, MaxWaiters: 10000, RedisMaxConns: 2, ReadyPolicy: "all",
 	}
 }
 

@@ -20,6 +20,7 @@ type Sources struct {
 	LocksHeld func() int
 	Waiters   func() int
 	Health    func() health.Report
+	Masters   func() []MasterStats // per Redis master; nil when there are none
 }
 
 // Metrics implements lease.Observer and the HTTP request observer.
@@ -32,6 +33,7 @@ type Metrics struct {
 	lost      prometheus.Counter
 	requests  *prometheus.CounterVec
 	durations *prometheus.HistogramVec
+	masters   *masterConns
 }
 
 // latencyBuckets span a loopback round (100µs) to a long wait (10s).
@@ -65,8 +67,9 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sidelock_http_request_duration_seconds", Help: "HTTP request latency by route pattern and method.", Buckets: latencyBuckets,
 		}, []string{"route", "method"}),
+		masters: newMasterConns(src.Masters),
 	}
-	reg.MustRegister(m.acquire, m.wait, m.wakeups, m.renewals, m.ended, m.lost, m.requests, m.durations,
+	reg.MustRegister(m.acquire, m.wait, m.wakeups, m.renewals, m.ended, m.lost, m.requests, m.durations, m.masters,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sidelock_locks_held", Help: "Locks currently held through this sidecar.",
 		}, func() float64 { return float64(src.LocksHeld()) }),
@@ -123,8 +126,9 @@ func (m *Metrics) Request(route, method string, code int, elapsed time.Duration)
 type mastersCollector struct{ report func() health.Report }
 
 var (
-	masterUpDesc = prometheus.NewDesc("sidelock_master_up", "Whether a master answered the last health ping (1) or not (0).", []string{"master"}, nil)
-	quorumDesc   = prometheus.NewDesc("sidelock_quorum", "Whether a quorum of masters answered the last health round and may be counted on (1) or not (0).", nil, nil)
+	masterUpDesc   = prometheus.NewDesc("sidelock_master_up", "Whether a master answered the last health ping (1) or not (0).", []string{"master"}, nil)
+	quorumDesc     = prometheus.NewDesc("sidelock_quorum", "Whether a quorum of masters answered the last health round and may be counted on (1) or not (0); with several quorum groups, whether the ready policy (SIDELOCK_READY_POLICY) is met.", nil, nil)
+	groupReadyDesc = prometheus.NewDesc("sidelock_group_ready", "With several quorum groups: whether a group has a quorum of masters up and eligible (1) or not (0); names of a group at 0 answer 503.", []string{"group"}, nil)
 
 	masterEligibleDesc = prometheus.NewDesc("sidelock_master_eligible",
 		"Whether a master counts towards a quorum (1) or a safety guard keeps it out (0): restart probation, down while a restart could go unnoticed, a replica, or a second address of another master.",
@@ -138,7 +142,7 @@ var (
 )
 
 func (c *mastersCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{masterUpDesc, quorumDesc, masterEligibleDesc, masterDurableDesc, guardEventsDesc} {
+	for _, d := range []*prometheus.Desc{masterUpDesc, quorumDesc, groupReadyDesc, masterEligibleDesc, masterDurableDesc, guardEventsDesc} {
 		ch <- d
 	}
 }
@@ -151,6 +155,9 @@ func (c *mastersCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(masterDurableDesc, prometheus.GaugeValue, durability(n.Durable), n.Addr)
 	}
 	ch <- prometheus.MustNewConstMetric(quorumDesc, prometheus.GaugeValue, boolFloat(r.Ready))
+	for _, g := range r.Groups {
+		ch <- prometheus.MustNewConstMetric(groupReadyDesc, prometheus.GaugeValue, boolFloat(g.Ready), g.Name)
+	}
 	e := r.GuardEvents
 	for guard, count := range map[string]int64{
 		"restart_probation": e.RestartProbation, "not_durable": e.NotDurable, "duplicate": e.Duplicate, "replica": e.Replica,

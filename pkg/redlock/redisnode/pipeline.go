@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,11 +18,15 @@ import (
 // renewals that fall due together, share round trips and syscalls instead
 // of each holding a connection. The number of slots is the number of
 // command connections a node keeps busy.
+//
+// Slot 0 sends a batch of one call as a plain command on the regular pool
+// (go-redis's plain command path is cheaper than a pipeline of one); every
+// other batch goes as a pipeline on the pipeline pool, which is sized to
+// the slots. So the slots never need more than the regular connection plus
+// one pipeline connection per slot, and lone calls of concurrent slots do
+// not queue for the one regular connection.
 
-const (
-	defaultPipelines = 1
-	maxBatch         = 256
-)
+const maxBatch = 256
 
 // call is one scripted command waiting for its pipeline.
 type call struct {
@@ -31,22 +36,44 @@ type call struct {
 	args   []any
 	cmd    *redis.Cmd
 	done   chan struct{}
+	queued time.Time // when it was queued, for the queue-wait figures
 }
 
 type pipeliner struct {
 	client *redis.Client
-	slots  chan struct{} // a token per pipeline that may be in flight
+	slots  chan int // the numbers of the pipeline slots free now
+
+	// onQueueWait, if set, receives each call's queue wait; see
+	// Options.OnQueueWait.
+	onQueueWait atomic.Pointer[func(time.Duration)]
+
+	// Totals for Stats, updated once per batch.
+	calls     atomic.Uint64
+	batches   atomic.Uint64
+	queueWait atomic.Int64 // nanoseconds
 
 	mu     sync.Mutex
 	queue  []*call
 	closed bool
 }
 
+// newPipeliner returns a pipeliner with the given number of slots (at
+// least one).
 func newPipeliner(client *redis.Client, slots int) *pipeliner {
-	if slots <= 0 {
-		slots = defaultPipelines
+	p := &pipeliner{client: client, slots: make(chan int, max(slots, 1))}
+	for i := range cap(p.slots) {
+		p.slots <- i
 	}
-	return &pipeliner{client: client, slots: make(chan struct{}, slots)}
+	return p
+}
+
+// setOnQueueWait sets (or, with nil, clears) the queue-wait observer.
+func (p *pipeliner) setOnQueueWait(f func(time.Duration)) {
+	if f == nil {
+		p.onQueueWait.Store(nil)
+		return
+	}
+	p.onQueueWait.Store(&f)
 }
 
 var errClosed = errors.New("node closed")
@@ -58,7 +85,7 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	if err := ctx.Err(); err != nil {
 		return failed(ctx, err)
 	}
-	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
+	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{}), queued: time.Now()}
 	if !p.enqueue(c) {
 		return failed(ctx, errClosed)
 	}
@@ -88,20 +115,21 @@ func (p *pipeliner) enqueue(c *call) bool {
 // goroutine after a few batches rather than serve others for ever.
 func (p *pipeliner) drive(own *call) {
 	for {
+		var slot int
 		select {
-		case p.slots <- struct{}{}:
+		case slot = <-p.slots:
 		default:
 			return // a slot holder will send it
 		}
 		handOff := false
 		for batches, batch := 0, p.take(); len(batch) > 0; batch = p.take() {
-			p.exec(batch)
+			p.exec(slot, batch)
 			if batches++; batches >= maxDrivenBatches && answered(own) {
 				handOff = true
 				break
 			}
 		}
-		<-p.slots
+		p.slots <- slot
 		if p.pending() == 0 {
 			return
 		}
@@ -156,12 +184,18 @@ func (p *pipeliner) close() {
 	p.mu.Unlock()
 }
 
-// exec sends one batch, loading scripts the server does not know (after a
-// restart or SCRIPT FLUSH) and sending those calls once more.
-func (p *pipeliner) exec(batch []*call) {
+// inFlight is the number of slots in use: batches being sent, or about to
+// be taken by a caller that holds a slot.
+func (p *pipeliner) inFlight() int { return cap(p.slots) - len(p.slots) }
+
+// exec sends one batch on the given slot, loading scripts the server does
+// not know (after a restart or SCRIPT FLUSH) and sending those calls once
+// more.
+func (p *pipeliner) exec(slot int, batch []*call) {
 	ctx, cancel := batchContext(batch)
 	defer cancel()
-	cmds := p.send(ctx, batch)
+	sent := time.Now()
+	cmds := p.send(ctx, slot, batch)
 	var retry []int
 	for i, cmd := range cmds {
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
@@ -169,16 +203,39 @@ func (p *pipeliner) exec(batch []*call) {
 		}
 	}
 	if len(retry) > 0 {
-		p.reload(ctx, batch, retry, cmds)
+		p.reload(ctx, slot, batch, retry, cmds)
 	}
 	for i, c := range batch {
 		c.cmd = cmds[i]
 		close(c.done)
 	}
+	// Counted once the callers have their replies, so that neither the
+	// figures nor the observer delay them.
+	p.account(batch, sent)
 }
 
-func (p *pipeliner) send(ctx context.Context, batch []*call) []*redis.Cmd {
-	if len(batch) == 1 { // go-redis's plain command path is cheaper than a pipeline of one
+// account adds a sent batch to the totals and reports each call's wait in
+// the queue, from run to the batch being sent.
+func (p *pipeliner) account(batch []*call, sent time.Time) {
+	var observe func(time.Duration)
+	if f := p.onQueueWait.Load(); f != nil {
+		observe = *f
+	}
+	var total time.Duration
+	for _, c := range batch {
+		wait := sent.Sub(c.queued)
+		total += wait
+		if observe != nil {
+			observe(wait)
+		}
+	}
+	p.calls.Add(uint64(len(batch)))
+	p.batches.Add(1)
+	p.queueWait.Add(int64(total))
+}
+
+func (p *pipeliner) send(ctx context.Context, slot int, batch []*call) []*redis.Cmd {
+	if len(batch) == 1 && slot == 0 { // see "Slot 0" above
 		c := batch[0]
 		return []*redis.Cmd{p.client.EvalSha(ctx, c.script.Hash(), c.keys, c.args...)}
 	}
@@ -199,7 +256,7 @@ func (p *pipeliner) send(ctx context.Context, batch []*call) []*redis.Cmd {
 	return cmds
 }
 
-func (p *pipeliner) reload(ctx context.Context, batch []*call, retry []int, cmds []*redis.Cmd) {
+func (p *pipeliner) reload(ctx context.Context, slot int, batch []*call, retry []int, cmds []*redis.Cmd) {
 	again := make([]*call, len(retry))
 	loaded := map[*redis.Script]bool{}
 	for j, i := range retry {
@@ -209,7 +266,7 @@ func (p *pipeliner) reload(ctx context.Context, batch []*call, retry []int, cmds
 			_ = s.Load(ctx, p.client).Err()
 		}
 	}
-	for j, cmd := range p.send(ctx, again) {
+	for j, cmd := range p.send(ctx, slot, again) {
 		cmds[retry[j]] = cmd
 	}
 }

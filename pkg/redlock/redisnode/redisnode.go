@@ -13,6 +13,11 @@
 // named after the key itself, and Node.WatchReleases listens for it over one
 // Pub/Sub connection per Node, subscribed only to the keys being watched.
 // Any client may subscribe to a lock key's channel to learn of its releases.
+//
+// A Node keeps to a fixed connection budget whatever the number of callers:
+// Options.MaxConns command connections (2 by default) plus that one Pub/Sub
+// connection. The connections carry Options.ClientName in CLIENT LIST, and
+// Node.Stats reports them along with the pipelining figures.
 package redisnode
 
 import (
@@ -62,45 +67,92 @@ type Options struct {
 	Password string
 	// TLS enables TLS when non-nil. An empty ServerName is taken from Addr.
 	TLS *tls.Config
-	// PoolSize caps the connections for pings, server-info reads and
-	// script loads (default 1).
-	PoolSize int
-	// Pipelines is how many pipelines of coalesced lock calls may be in
-	// flight at once (default 1), each on its own connection. Lock calls
-	// of every caller of the pod are coalesced into them, so by default a
-	// node keeps 2 command connections plus 1 release subscription.
-	Pipelines int
+
+	// ClientName names the command connections in the master's CLIENT
+	// LIST (default DefaultClientName), and the release subscription
+	// ClientName+SubscriptionSuffix, so that an operator can tell them
+	// apart and count them. It is set once per connection, when it is
+	// dialled; calls do not pay for it. A server that refuses CLIENT
+	// SETNAME (an ACL user without it) leaves the connections unnamed.
+	ClientName string
+	// MaxConns is the budget of command connections to the master
+	// (default and minimum DefaultMaxConns, 2): one for lone lock calls,
+	// pings, server-info reads and script loads, and MaxConns-1 for the
+	// pipelines of coalesced lock calls, of which as many may be in flight
+	// at once. Lock calls of every caller of the pod share them, so the
+	// budget holds whatever the number of callers; calls that find every
+	// pipeline busy queue (Stats.QueuedCalls). The release subscription
+	// (WatchReleases) is one connection more, open once a watch starts.
+	MaxConns int
+	// OnQueueWait, when set, is called once per lock call with the time
+	// it waited from being queued to its batch being sent, after the
+	// caller has its reply. It runs on the goroutine that sent the batch,
+	// so it must be cheap and must not block (a histogram's Observe).
+	// SetOnQueueWait replaces it.
+	OnQueueWait func(time.Duration)
 }
+
+const (
+	// DefaultClientName is the connection name when Options.ClientName is
+	// empty.
+	DefaultClientName = "sidelock"
+	// SubscriptionSuffix is appended to the client name for the release
+	// subscription's connection.
+	SubscriptionSuffix = "-sub"
+	// DefaultMaxConns is the default, and the smallest, command-connection
+	// budget: one regular connection and one pipeline.
+	DefaultMaxConns = 2
+)
 
 // Node is a redlock.Node backed by one Redis master. It is safe for
 // concurrent use.
 type Node struct {
-	addr     string
-	client   *redis.Client
-	pipe     *pipeliner // every scripted call goes through it
-	releases releases   // see WatchReleases
+	addr   string
+	client *redis.Client // the command connections
+	// subscriber serves the release subscription only. go-redis gives every
+	// connection of a client the same name; a client of its own gives the
+	// subscription its own name, so CLIENT LIST tells it from the command
+	// connections even while it is subscribed to nothing (it then looks
+	// like any idle connection). It holds no connection until a watch.
+	subscriber *redis.Client
+	pipe       *pipeliner // every scripted call goes through it
+	releases   releases   // see WatchReleases
 }
 
 // New returns a Node for the master at opts.Addr. It does not connect: the
 // first call dials, and a master that is down only fails the calls made
 // while it is down.
 func New(opts Options) *Node {
-	if opts.Pipelines <= 0 {
-		opts.Pipelines = defaultPipelines
+	if opts.ClientName == "" {
+		opts.ClientName = DefaultClientName
 	}
-	if opts.PoolSize <= 0 {
-		opts.PoolSize = 1
+	opts.MaxConns = max(opts.MaxConns, DefaultMaxConns)
+	pipelines := opts.MaxConns - 1 // the other one is the regular pool's
+
+	client := redis.NewClient(clientOptions(opts, opts.ClientName, pipelines))
+	n := &Node{
+		addr:       opts.Addr,
+		client:     client,
+		subscriber: redis.NewClient(clientOptions(opts, opts.ClientName+SubscriptionSuffix, pipelines)),
+		pipe:       newPipeliner(client, pipelines),
 	}
-	client := redis.NewClient(clientOptions(opts))
-	return &Node{addr: opts.Addr, client: client, pipe: newPipeliner(client, opts.Pipelines)}
+	n.pipe.setOnQueueWait(opts.OnQueueWait)
+	return n
 }
 
-func clientOptions(opts Options) *redis.Options {
+// SetOnQueueWait replaces Options.OnQueueWait (nil turns it off), for an
+// observer made after the Node; it applies from the next batch sent.
+func (n *Node) SetOnQueueWait(f func(time.Duration)) { n.pipe.setOnQueueWait(f) }
+
+// clientOptions are the go-redis settings of one master's connections,
+// named name, with a pipeline pool for the given number of pipelines.
+func clientOptions(opts Options, name string, pipelines int) *redis.Options {
 	return &redis.Options{
 		Addr:      opts.Addr,
 		Username:  opts.Username,
 		Password:  opts.Password,
 		TLSConfig: opts.TLS,
+		OnConnect: nameConnection(name),
 
 		// Honour the per-call context deadline on every socket read and
 		// write. Without it go-redis waits for ReadTimeout instead. Dials
@@ -124,11 +176,15 @@ func clientOptions(opts Options) *redis.Options {
 		DialerRetries: 1,
 
 		// Connection budget: go-redis keeps pipelines on a pool of their
-		// own, sized to our pipeline workers; the regular pool (pings,
-		// server info, script loads) is capped hard.
-		PipelinePoolSize: opts.Pipelines,
-		PoolSize:         opts.PoolSize,
-		MaxActiveConns:   opts.PoolSize,
+		// own, sized to the pipeliner's slots; the regular pool (lone
+		// calls, pings, server info, script loads) is capped hard at one.
+		// A pipeline that finds the pipeline pool full (a ServerInfo
+		// beside busy slots) spills to the regular pool and waits for its
+		// one connection, so the client never holds more than MaxConns
+		// command connections.
+		PipelinePoolSize: pipelines,
+		PoolSize:         1,
+		MaxActiveConns:   1,
 
 		// RESP2 is all the scripts need, and it works with every Redis
 		// version and with proxies that do not speak RESP3. RESP3 would
@@ -137,9 +193,29 @@ func clientOptions(opts Options) *redis.Options {
 		// CLIENT SETINFO and CLIENT MAINT_NOTIFICATIONS would each add a
 		// round trip to every new connection, eating into the first call's
 		// budget, for features sidelock does not use (and that servers
-		// older than 7.2 reject anyway).
+		// older than 7.2 reject anyway). The client name is worth its
+		// round trip (nameConnection).
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
+}
+
+// nameConnection names each new connection with CLIENT SETNAME: one round
+// trip per dial, none per call (TestClientNameIsSetOncePerConnection).
+// go-redis's own Options.ClientName costs the same (it names the
+// connection in HELLO, then always once more with CLIENT SETNAME), but
+// fails the connection when the server refuses the command: an ACL user
+// without +client could then not lock at all. A refused name is only a
+// loss of observability, so the connection is kept, unnamed; a failure to
+// get any answer still fails the dial.
+func nameConnection(name string) func(context.Context, *redis.Conn) error {
+	return func(ctx context.Context, cn *redis.Conn) error {
+		err := cn.ClientSetName(ctx, name).Err()
+		var refused redis.Error
+		if errors.As(err, &refused) {
+			return nil
+		}
+		return err
 	}
 }
 
@@ -230,11 +306,11 @@ func (n *Node) Ping(ctx context.Context) error {
 // Close stops release watching (no notify runs once it returns), then
 // closes the connection pool. Calls after Close fail.
 func (n *Node) Close() error {
-	// The PubSub goes first: it dials through the client, and its
-	// goroutines must be gone before the client is.
+	// The PubSub goes first: it dials through the subscriber client, and
+	// its goroutines must be gone before that client is.
 	n.releases.close()
 	n.pipe.close()
-	if err := n.client.Close(); err != nil {
+	if err := errors.Join(n.subscriber.Close(), n.client.Close()); err != nil {
 		return fmt.Errorf("redis %s: close: %w", n.addr, err)
 	}
 	return nil

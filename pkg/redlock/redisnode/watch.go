@@ -93,7 +93,7 @@ func (n *Node) startWatching() {
 	// connection to a vanished master fails and is replaced. Channel drops
 	// a message only if we leave it unread for a minute; deliver never
 	// blocks, since notify must not.
-	r.ps = n.client.Subscribe(r.ctx)
+	r.ps = n.subscriber.Subscribe(r.ctx)
 	msgs := r.ps.Channel()
 
 	r.wg.Add(2)
