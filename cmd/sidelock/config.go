@@ -21,12 +21,16 @@ type config struct {
 	APIToken        string        `envconfig:"API_TOKEN" desc:"bearer token every lock API request must carry (Authorization: Bearer ...); required to listen beyond loopback"`
 	AdminAddr       string        `envconfig:"ADMIN_ADDR" default:":7421" desc:"healthz, readyz and metrics address"`
 	RedisAddrs      []string      `envconfig:"REDIS_ADDRS" desc:"comma-separated host:port of N independent Redis masters"`
+	RedisGroups     string        `envconfig:"REDIS_GROUPS" desc:"instead of SIDELOCK_REDIS_ADDRS: quorum groups of independent masters, \"a1:6379,a2:6379,a3:6379;b1:6379,b2:6379,b3:6379\", optionally named \"east=a1:6379,...\"; each lock name lives in one group (rendezvous hashing)"`
+	RedisGroupsPrev string        `envconfig:"REDIS_GROUPS_PREVIOUS" desc:"during a change of the group list: the list before the change; names that move are held in both groups (see docs/scale.md, migration rule)"`
+	ReadyPolicy     string        `envconfig:"READY_POLICY" default:"all" desc:"with several groups, /readyz is 200 while all groups (all) or at least one group (any) has a quorum"`
 	RedisUsername   string        `envconfig:"REDIS_USERNAME" desc:"Redis ACL user"`
 	RedisPassword   string        `envconfig:"REDIS_PASSWORD" desc:"Redis password"`
 	RedisTLS        bool          `envconfig:"REDIS_TLS" desc:"connect to the masters over TLS"`
 	RedisTLSCAFile  string        `envconfig:"REDIS_TLS_CA_FILE" desc:"PEM CA bundle that signs the masters' certificates (default: system roots)"`
 	RedisTLSCert    string        `envconfig:"REDIS_TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS"`
 	RedisTLSKey     string        `envconfig:"REDIS_TLS_KEY_FILE" desc:"PEM client key for mutual TLS"`
+	RedisMaxConns   int           `envconfig:"REDIS_MAX_CONNS" default:"2" desc:"command connections to each master, shared by every caller of the pod (2..64): one for pings and lone calls, the others for pipelines of coalesced calls; the Pub/Sub connection for waiters comes on top"`
 	KeyPrefix       string        `envconfig:"KEY_PREFIX" default:"sidelock:" desc:"namespace of the keys on the masters"`
 	NodeTimeout     time.Duration `envconfig:"NODE_TIMEOUT" default:"50ms" desc:"bound on each call to one master"`
 	DriftFactor     float64       `envconfig:"DRIFT_FACTOR" default:"0.01" desc:"clock drift allowance, as a share of the key ttl"`
@@ -55,6 +59,14 @@ const envPrefix = "SIDELOCK"
 // number with a real quorum.
 const devMasters = 3
 
+// Bounds of SIDELOCK_REDIS_MAX_CONNS. Below 2 there is no pipeline; above 64 a sidecar would hold
+// more connections than a master should give one pod, for pipelines that
+// coalescing keeps idle anyway.
+const (
+	minRedisMaxConns = 2
+	maxRedisMaxConns = 64
+)
+
 func loadConfig() (config, error) {
 	var c config
 	if err := envconfig.Process(envPrefix, &c); err != nil {
@@ -71,7 +83,11 @@ func (c config) validate() error {
 	switch {
 	case c.Dev && len(c.RedisAddrs) > 0:
 		bad("SIDELOCK_DEV runs in-memory masters: unset SIDELOCK_REDIS_ADDRS or SIDELOCK_DEV")
-	case !c.Dev && len(c.RedisAddrs) == 0:
+	case c.Dev && (c.RedisGroups != "" || c.RedisGroupsPrev != ""):
+		bad("SIDELOCK_DEV runs in-memory masters: unset SIDELOCK_REDIS_GROUPS and SIDELOCK_REDIS_GROUPS_PREVIOUS or SIDELOCK_DEV")
+	case len(c.RedisAddrs) > 0 && c.RedisGroups != "":
+		bad("set SIDELOCK_REDIS_ADDRS (one quorum) or SIDELOCK_REDIS_GROUPS (several), not both")
+	case !c.Dev && len(c.RedisAddrs) == 0 && c.RedisGroups == "":
 		bad("SIDELOCK_REDIS_ADDRS is empty: list the Redis masters (host:port,...), or run with -dev")
 	}
 	for _, a := range c.RedisAddrs {
@@ -82,6 +98,7 @@ func (c config) validate() error {
 	if dup := firstDuplicate(c.RedisAddrs); dup != "" {
 		bad("SIDELOCK_REDIS_ADDRS lists %q twice: masters must be independent", dup)
 	}
+	errs = append(errs, c.validateGroups()...)
 	if err := c.checkListenAddr(); err != nil {
 		bad("SIDELOCK_LISTEN_ADDR: %v", err)
 	}
@@ -90,6 +107,10 @@ func (c config) validate() error {
 	}
 	if c.MaxLocks < 1 {
 		bad("SIDELOCK_MAX_LOCKS %d must be at least 1", c.MaxLocks)
+	}
+	if c.RedisMaxConns < minRedisMaxConns || c.RedisMaxConns > maxRedisMaxConns {
+		bad("SIDELOCK_REDIS_MAX_CONNS %d must be within [%d, %d]: one connection for pings and lone calls and at least one for pipelines; "+
+			"every caller of the pod shares them, so more than a few rarely helps", c.RedisMaxConns, minRedisMaxConns, maxRedisMaxConns)
 	}
 	if c.MaxWaiters < 1 {
 		bad("SIDELOCK_MAX_WAITERS %d must be at least 1 (use wait=0 to never wait)", c.MaxWaiters)

@@ -76,24 +76,28 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, stderr io.Writer) error {
 	log := newLogger(cfg, getenv, stderr)
 	redis.SetLogger(redisLogger{log}) // go-redis logs globally; route it through slog
-	nodes, err := buildNodes(cfg)
+	current, previous, err := cfg.groups()
 	if err != nil {
 		return err
 	}
-	defer closeNodes(nodes)
+	groups, err := buildGroups(cfg, unionGroups(current, previous))
+	defer closeGroups(groups)
+	if err != nil {
+		return err
+	}
+	nodes := allNodes(groups)
 	if err := checkIndependence(ctx, nodes, log); err != nil {
 		return err
 	}
-	locker, err := redlock.New(nodes, redlock.Config{
-		NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor, Fencing: cfg.Fencing, FenceRetention: cfg.FenceRetention,
-	})
+	locker, err := newLocker(groups, current, previous)
 	if err != nil {
 		return err
 	}
-	checker, err := health.New(nodes, locker.Quorum(), health.Config{
+	checker, err := health.New(nodes, groups[0].locker.Quorum(), health.Config{
 		Interval: cfg.HealthInterval, Timeout: cfg.NodeTimeout, OnChange: logHealthChange(log),
 		RestartGuard: cfg.restartGuard(), MastersPersistent: cfg.MastersPersistent, Fencing: cfg.Fencing,
-		SetEligible: locker.SetEligible, Logger: log,
+		SetEligible: setEligible(groups), Logger: log,
+		Groups: healthGroups(groups), ReadyPolicy: health.ReadyPolicy(cfg.ReadyPolicy),
 	})
 	if err != nil {
 		return err
@@ -105,7 +109,9 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	var leases *lease.Manager
 	m := metrics.New(reg, metrics.Sources{
 		LocksHeld: func() int { return leases.Len() }, Waiters: func() int { return leases.Waiters() }, Health: checker.Report,
+		Masters: masterStats(nodes),
 	})
+	observeQueueWaits(nodes, m)
 	leases, err = lease.NewManager(locker, lease.Config{
 		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
 		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold, MaxLocks: cfg.MaxLocks, MaxWaiters: cfg.MaxWaiters,
@@ -135,7 +141,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	go func() { serveErr <- admin.Serve(adminLn) }()
 
 	log.Info("sidelock started", "version", version, "api", apiLn.Addr().String(), "admin", adminLn.Addr().String(),
-		"masters", len(nodes), "quorum", locker.Quorum(), "dev", cfg.Dev, "api_token", cfg.APIToken != "")
+		"masters", len(nodes), "groups", len(current), "migrating", len(previous) > 0, "dev", cfg.Dev, "api_token", cfg.APIToken != "")
 	if cfg.Dev {
 		printQuickStart(stdout, apiLn.Addr().String())
 	}
@@ -175,7 +181,8 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-func buildNodes(cfg config) ([]redlock.Node, error) {
+// buildNodes connects to the masters at addrs (in-memory ones in dev mode).
+func buildNodes(cfg config, addrs []string) ([]redlock.Node, error) {
 	if cfg.Dev {
 		nodes := make([]redlock.Node, devMasters)
 		for i := range nodes {
@@ -187,13 +194,44 @@ func buildNodes(cfg config) ([]redlock.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	nodes := make([]redlock.Node, len(cfg.RedisAddrs))
-	for i, addr := range cfg.RedisAddrs {
+	nodes := make([]redlock.Node, len(addrs))
+	for i, addr := range addrs {
 		nodes[i] = redisnode.New(redisnode.Options{
 			Addr: strings.TrimSpace(addr), Username: cfg.RedisUsername, Password: cfg.RedisPassword, TLS: tlsCfg,
+			MaxConns: cfg.RedisMaxConns,
 		})
 	}
 	return nodes, nil
+}
+
+// masterStats reads each Redis master's connections and pipelining for the
+// metrics at scrape time; in-memory masters have none.
+func masterStats(nodes []redlock.Node) func() []metrics.MasterStats {
+	return func() []metrics.MasterStats {
+		var out []metrics.MasterStats
+		for _, n := range nodes {
+			if rn, ok := n.(*redisnode.Node); ok {
+				s := rn.Stats()
+				out = append(out, metrics.MasterStats{
+					Addr: rn.Addr(), CommandConns: s.CommandConns, Subscriptions: s.Subscriptions,
+					InFlightPipelines: s.InFlightPipelines, QueuedCalls: s.QueuedCalls, Calls: s.Calls, Batches: s.Batches,
+				})
+			}
+		}
+		return out
+	}
+}
+
+// observeQueueWaits feeds each Redis master's queue waits into its
+// histogram. The nodes are built before the metrics, which read the health
+// checker built on them, so the observer is set afterwards; no lock call
+// has been made yet (start-up and health checks do not queue).
+func observeQueueWaits(nodes []redlock.Node, m *metrics.Metrics) {
+	for _, n := range nodes {
+		if rn, ok := n.(*redisnode.Node); ok {
+			rn.SetOnQueueWait(m.ObserveQueueWait(rn.Addr()))
+		}
+	}
 }
 
 // independenceTimeout bounds the start-up check of the masters' identities.
@@ -219,11 +257,6 @@ func checkIndependence(ctx context.Context, nodes []redlock.Node, log *slog.Logg
 	return nil
 }
 
-func closeNodes(nodes []redlock.Node) {
-	for _, n := range nodes {
-		_ = n.Close()
-	}
-}
 
 func newLogger(cfg config, getenv func(string) string, w io.Writer) *slog.Logger {
 	level, _ := parseLevel(cfg.LogLevel) // validated already
