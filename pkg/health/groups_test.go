@@ -2,6 +2,7 @@ package health_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -59,5 +60,26 @@ func TestBadGroupLayoutsAreRefused(t *testing.T) {
 		if _, err := health.New(nodes, 0, cfg); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// infoRefused is a master that answers pings but refuses INFO (an ACL).
+type infoRefused struct{ *memnode.Node }
+
+func (infoRefused) ServerInfo(context.Context) (redlock.ServerInfo, error) {
+	return redlock.ServerInfo{}, errors.New("NOPERM this user has no permissions to run the 'info' command")
+}
+
+// The info read doubles as the liveness check; when it is refused, a ping
+// decides, so such a master still counts as up.
+func TestMasterRefusingInfoIsStillUp(t *testing.T) {
+	nodes := []redlock.Node{infoRefused{memnode.New("a")}, infoRefused{memnode.New("b")}, infoRefused{memnode.New("c")}}
+	c, err := health.New(nodes, 2, health.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Check(context.Background())
+	if !r.Ready || r.Up != 3 || r.Nodes[0].Warning == "" {
+		t.Fatalf("report: ready=%v up=%d warning=%q", r.Ready, r.Up, r.Nodes[0].Warning)
 	}
 }

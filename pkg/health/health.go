@@ -254,23 +254,34 @@ type observation struct {
 	err    error               // why info was not read, for a reader that is up
 }
 
-// observe pings n and, when it answers and can, reads its server info.
+// observe reads n's server info, which also shows that it answers: one
+// round trip per master per round, which matters when thousands of
+// sidecars check the same masters. A node that cannot describe its
+// server, or whose info read fails, is pinged instead, so a master that
+// refuses INFO (an ACL) still counts as up.
 func (c *Checker) observe(ctx context.Context, n redlock.Node) observation {
-	o := observation{state: c.ping(ctx, n)}
 	reader, ok := n.(redlock.ServerInfoReader)
-	o.reader = ok
-	if !ok || !o.state.Up {
-		return o
+	if !ok {
+		return observation{state: c.ping(ctx, n)}
 	}
 	infoCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
+	start := c.cfg.Now()
 	info, err := reader.ServerInfo(infoCtx)
-	o.infoAt = c.cfg.Now()
-	if err != nil {
-		o.err = err
+	o := observation{reader: true, infoAt: c.cfg.Now()}
+	if err == nil {
+		o.state = NodeState{Addr: n.Addr(), Up: true, Latency: o.infoAt.Sub(start), CheckedAt: o.infoAt.UTC()}
+		o.info = &info
 		return o
 	}
-	o.info = &info
+	if errors.Is(err, context.DeadlineExceeded) { // no answer in time: down, without waiting again
+		o.state = NodeState{Addr: n.Addr(), Latency: c.cfg.Now().Sub(start), CheckedAt: c.cfg.Now().UTC(), Error: err.Error()}
+		return o
+	}
+	o.state = c.ping(ctx, n)
+	if o.state.Up {
+		o.err = err
+	}
 	return o
 }
 
