@@ -257,7 +257,6 @@ func checkIndependence(ctx context.Context, nodes []redlock.Node, log *slog.Logg
 	return nil
 }
 
-
 func newLogger(cfg config, getenv func(string) string, w io.Writer) *slog.Logger {
 	level, _ := parseLevel(cfg.LogLevel) // validated already
 	if cfg.LogFormat == "json" {
