@@ -74,18 +74,27 @@ func binarySettings(t *testing.T) map[string]binarySetting {
 func TestSidecarEnvMatchesBinary(t *testing.T) {
 	settings := binarySettings(t)
 
-	// Everything the chart can set: external masters with every option.
-	full, err := render(loadChart(t), parseValues(t, `redis:
+	// Everything the chart can set: external masters with every option,
+	// as one quorum or as quorum groups during a migration (the binary
+	// takes SIDELOCK_REDIS_ADDRS or SIDELOCK_REDIS_GROUPS, not both).
+	var chartEnv []string
+	for _, masters := range []string{
+		"externalAddrs: ['a:6379']",
+		"externalGroups: [{name: a, addrs: ['a:6379']}, {addrs: ['b:6379']}]\n  previousGroups: [{name: a, addrs: ['a:6379']}]",
+	} {
+		full, err := render(loadChart(t), parseValues(t, `redis:
   enabled: false
-  externalAddrs: ['a:6379']
+  `+masters+`
   auth: {enabled: true, username: u, password: p}
   tls: {enabled: true, caFile: /ca, certFile: /crt, keyFile: /key}
 sidecar:
   apiToken: {existingSecret: lock-api-token}`), releaseName)
-	if err != nil {
-		t.Fatal(err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chartEnv = append(chartEnv, envNames(sidecarOf(t, helmTestPod(t, full.objs)))...)
 	}
-	chartEnv := envNames(sidecarOf(t, helmTestPod(t, full.objs)))
+	chartEnv = slices.Compact(slices.Sorted(slices.Values(chartEnv)))
 	for _, name := range slices.Concat(chartEnv, envNames(sidecarOf(t, exampleWorkload(t, buildManifests(t))))) {
 		if _, ok := settings[name]; !ok {
 			t.Errorf("%s is set but the binary does not read it", name)

@@ -118,6 +118,8 @@ type chartCase struct {
 	release   string   // default releaseName
 	masters   int      // in-chart masters; 0 when external
 	external  []string // redis.externalAddrs
+	groups    string   // SIDELOCK_REDIS_GROUPS from redis.externalGroups, exactly
+	previous  string   // SIDELOCK_REDIS_GROUPS_PREVIOUS from redis.previousGroups, exactly
 	readiness bool
 	// persistence: "" (none) or the expected appendfsync.
 	persistence  string
@@ -166,6 +168,54 @@ sidecar:
   extraVolumeMounts: [{name: redis-ca, mountPath: /etc/sidelock/ca, readOnly: true}]
   extraVolumes: [{name: redis-ca, secret: {secretName: corp-redis-ca}}]`,
 		external: []string{"redis-0.corp:6380"}, readiness: true, secret: "corp-redis", secretExists: true,
+	},
+	{
+		name: "external quorum groups, named and unnamed",
+		values: `redis:
+  enabled: false
+  externalGroups:
+    - {name: east, addrs: [east-0.corp:6379, east-1.corp:6379, east-2.corp:6379]}
+    - addrs: [west-2.corp:6379, west-0.corp:6379, west-1.corp:6379]
+    - {name: eu_1.b-2, addrs: [10.0.0.9:6380]}
+sidecar:
+  config: {readyPolicy: any, redisMaxConns: 4}`,
+		groups:    "east=east-0.corp:6379,east-1.corp:6379,east-2.corp:6379;west-2.corp:6379,west-0.corp:6379,west-1.corp:6379;eu_1.b-2=10.0.0.9:6380",
+		readiness: true,
+	},
+	{
+		name: "external quorum groups, migrating from one quorum",
+		values: `redis:
+  enabled: false
+  externalGroups:
+    - addrs: [a-0.corp:6379, a-1.corp:6379, a-2.corp:6379]
+    - {name: b, addrs: [b-0.corp:6379, b-1.corp:6379, b-2.corp:6379]}
+  previousGroups:
+    - addrs: [a-2.corp:6379, a-1.corp:6379, a-0.corp:6379]
+  auth: {enabled: true, username: locks, existingSecret: corp-redis}
+  tls: {enabled: true}`,
+		groups:    "a-0.corp:6379,a-1.corp:6379,a-2.corp:6379;b=b-0.corp:6379,b-1.corp:6379,b-2.corp:6379",
+		previous:  "a-2.corp:6379,a-1.corp:6379,a-0.corp:6379",
+		readiness: true, secret: "corp-redis", secretExists: true,
+	},
+	{
+		name: "one external quorum, migrating from groups",
+		values: `redis:
+  enabled: false
+  externalAddrs: [c-0.corp:6379, c-1.corp:6379, c-2.corp:6379]
+  previousGroups:
+    - {name: a, addrs: [a-0.corp:6379]}
+    - {name: b, addrs: [b-0.corp:6379]}`,
+		external: []string{"c-0.corp:6379", "c-1.corp:6379", "c-2.corp:6379"},
+		previous: "a=a-0.corp:6379;b=b-0.corp:6379", readiness: true,
+	},
+	{
+		name: "own masters, migrating from external groups",
+		values: `redis:
+  masters: 5
+  maxClients: 30000
+  previousGroups:
+    - {name: a, addrs: [a-0.corp:6379, a-1.corp:6379, a-2.corp:6379]}`,
+		masters: 5, previous: "a=a-0.corp:6379,a-1.corp:6379,a-2.corp:6379", readiness: true, antiAffinity: "hard",
 	},
 	{
 		name:    "long release name",
@@ -233,12 +283,12 @@ func checkChartCase(t *testing.T, tc chartCase, objs []object) {
 	} else if ok {
 		t.Fatalf("StatefulSet %s rendered with redis.enabled=false", m.sts.Name)
 	}
-	if len(wantAddrs) == 0 {
+	if len(wantAddrs) == 0 && tc.groups == "" {
 		t.Fatal("test case expects no masters at all")
 	}
 
 	pod := helmTestPod(t, objs)
-	c := checkSidecar(t, pod, sidecarWant{addrs: wantAddrs, readiness: tc.readiness})
+	c := checkSidecar(t, pod, sidecarWant{addrs: wantAddrs, groups: tc.groups, previous: tc.previous, readiness: tc.readiness})
 	if ok {
 		checkRestartDelay(t, m, keyTTL(t, c))
 	}
@@ -358,6 +408,26 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"bad anti-affinity", "redis: {antiAffinity: maybe}", "/redis/antiAffinity"},
 		{"bad resource quantity", "sidecar: {resources: {limits: {memory: lots}}}", "/sidecar/resources/limits/memory"},
 		{"unknown resource", "sidecar: {resources: {limits: {gpu: 1}}}", "gpu"},
+		{"bad ready policy", "sidecar: {config: {readyPolicy: most}}", "/sidecar/config/readyPolicy"},
+		{"one connection per master", "sidecar: {config: {redisMaxConns: 1}}", "/sidecar/config/redisMaxConns"},
+		{"65 connections per master", "sidecar: {config: {redisMaxConns: 65}}", "/sidecar/config/redisMaxConns"},
+		{"connections as a string", `sidecar: {config: {redisMaxConns: "4"}}`, "/sidecar/config/redisMaxConns"},
+		{"no clients", "redis: {maxClients: 0}", "/redis/maxClients"},
+		{"external without addresses or groups", "redis: {enabled: false, externalAddrs: [], externalGroups: []}", "/redis/externalGroups"},
+		{"group name with a space", "redis: {enabled: false, externalGroups: [{name: 'east 1', addrs: ['a:6379']}]}", "/redis/externalGroups/0/name"},
+		{"group name starting with a dash", "redis: {enabled: false, externalGroups: [{name: -east, addrs: ['a:6379']}]}", "/redis/externalGroups/0/name"},
+		{"group name of 65 characters", "redis: {enabled: false, externalGroups: [{name: " + strings.Repeat("g", 65) + ", addrs: ['a:6379']}]}", "/redis/externalGroups/0/name"},
+		{"empty group name", "redis: {enabled: false, externalGroups: [{name: '', addrs: ['a:6379']}]}", "/redis/externalGroups/0/name"},
+		{"group without masters", "redis: {enabled: false, externalGroups: [{name: east, addrs: []}]}", "/redis/externalGroups/0/addrs"},
+		{"group without addrs", "redis: {enabled: false, externalGroups: [{name: east}]}", "missing property 'addrs'"},
+		{"unknown key in a group", "redis: {enabled: false, externalGroups: [{name: east, addrs: ['a:6379'], weight: 2}]}", "additional properties 'weight' not allowed"},
+		{"group as a string", "redis: {enabled: false, externalGroups: ['east=a:6379,b:6379']}", "/redis/externalGroups/0"},
+		{"master twice in a group", "redis: {enabled: false, externalGroups: [{addrs: ['a:6379', 'a:6379']}]}", "/redis/externalGroups/0/addrs"},
+		{"separator in a group address", "redis: {enabled: false, externalGroups: [{addrs: ['a:6379;b:6379']}]}", "/redis/externalGroups/0/addrs/0"},
+		{"name in a group address", "redis: {enabled: false, externalGroups: [{addrs: ['east=a:6379']}]}", "/redis/externalGroups/0/addrs/0"},
+		{"unknown key in a previous group", "redis: {enabled: false, externalAddrs: ['a:6379'], previousGroups: [{addr: ['b:6379']}]}", "additional properties 'addr' not allowed"},
+		{"bad previous group name", "redis: {enabled: false, externalAddrs: ['a:6379'], previousGroups: [{name: 'a/b', addrs: ['b:6379']}]}", "/redis/previousGroups/0/name"},
+		{"previous groups as a map", "redis: {enabled: false, externalAddrs: ['a:6379'], previousGroups: {east: ['b:6379']}}", "/redis/previousGroups"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,7 +12,9 @@ import (
 
 // sidecarWant is what a pod's sidelock sidecar must be given.
 type sidecarWant struct {
-	addrs     []string // SIDELOCK_REDIS_ADDRS, in order
+	addrs     []string // SIDELOCK_REDIS_ADDRS, in order; unset when groups is set
+	groups    string   // SIDELOCK_REDIS_GROUPS, exactly; "": unset
+	previous  string   // SIDELOCK_REDIS_GROUPS_PREVIOUS, exactly; "": unset
 	readiness bool     // whether it has a readiness probe
 }
 
@@ -24,12 +26,14 @@ const (
 )
 
 // sidecarOf returns the sidelock container of a pod: the one that is told
-// where the masters are. There must be exactly one, among initContainers.
+// where the masters are (one quorum or several groups). There must be
+// exactly one, among initContainers.
 func sidecarOf(t *testing.T, w workload) corev1.Container {
 	t.Helper()
 	isSidecar := func(c corev1.Container) bool {
-		_, ok := env(c, "SIDELOCK_REDIS_ADDRS")
-		return ok
+		_, addrs := env(c, "SIDELOCK_REDIS_ADDRS")
+		_, groups := env(c, "SIDELOCK_REDIS_GROUPS")
+		return addrs || groups
 	}
 	if i := slices.IndexFunc(w.spec.Containers, isSidecar); i >= 0 {
 		t.Errorf("%s: sidelock container %s is a regular container, not a native sidecar", w, w.spec.Containers[i].Name)
@@ -92,15 +96,40 @@ func checkSidecar(t *testing.T, w workload, want sidecarWant) corev1.Container {
 	if f, _ := env(c, "SIDELOCK_LOG_FORMAT"); f != "json" {
 		t.Errorf("%s: SIDELOCK_LOG_FORMAT=%q, want json", where, f)
 	}
-	raw, _ := env(c, "SIDELOCK_REDIS_ADDRS")
-	addrs := strings.Split(raw, ",")
-	if !slices.Equal(addrs, want.addrs) {
-		t.Errorf("%s: SIDELOCK_REDIS_ADDRS\n got %q\nwant %q", where, addrs, want.addrs)
-	}
-	if sorted := slices.Sorted(slices.Values(addrs)); len(slices.Compact(sorted)) != len(addrs) {
-		t.Errorf("%s: SIDELOCK_REDIS_ADDRS has duplicates: %q", where, raw)
-	}
+	checkMastersEnv(t, where, c, want)
 	return c
+}
+
+// checkMastersEnv: the sidecar is told its masters in exactly one way
+// (SIDELOCK_REDIS_ADDRS for one quorum, SIDELOCK_REDIS_GROUPS for several
+// groups: the binary refuses both), and the previous group list only when
+// one is wanted.
+func checkMastersEnv(t *testing.T, where string, c corev1.Container, want sidecarWant) {
+	t.Helper()
+	raw, hasAddrs := env(c, "SIDELOCK_REDIS_ADDRS")
+	groups, hasGroups := env(c, "SIDELOCK_REDIS_GROUPS")
+	if want.groups != "" {
+		if hasAddrs {
+			t.Errorf("%s: SIDELOCK_REDIS_ADDRS=%q set beside SIDELOCK_REDIS_GROUPS", where, raw)
+		}
+		if groups != want.groups {
+			t.Errorf("%s: SIDELOCK_REDIS_GROUPS\n got %q\nwant %q", where, groups, want.groups)
+		}
+	} else {
+		if hasGroups {
+			t.Errorf("%s: SIDELOCK_REDIS_GROUPS=%q set, want SIDELOCK_REDIS_ADDRS alone", where, groups)
+		}
+		addrs := strings.Split(raw, ",")
+		if !slices.Equal(addrs, want.addrs) {
+			t.Errorf("%s: SIDELOCK_REDIS_ADDRS\n got %q\nwant %q", where, addrs, want.addrs)
+		}
+		if sorted := slices.Sorted(slices.Values(addrs)); len(slices.Compact(sorted)) != len(addrs) {
+			t.Errorf("%s: SIDELOCK_REDIS_ADDRS has duplicates: %q", where, raw)
+		}
+	}
+	if previous, ok := env(c, "SIDELOCK_REDIS_GROUPS_PREVIOUS"); ok != (want.previous != "") || previous != want.previous {
+		t.Errorf("%s: SIDELOCK_REDIS_GROUPS_PREVIOUS=%q (set: %v), want %q", where, previous, ok, want.previous)
+	}
 }
 
 // checkAdminProbe: an httpGet probe on path, on the admin port (by name or

@@ -51,7 +51,8 @@ password
 
 {{/*
 Comma-separated host:port of the masters, for SIDELOCK_REDIS_ADDRS: the
-per-pod DNS names of this chart's StatefulSet, or redis.externalAddrs.
+per-pod DNS names of this chart's StatefulSet, or redis.externalAddrs
+(empty with redis.externalGroups).
 */}}
 {{- define "sidelock.redisAddrs" -}}
 {{- if .Values.redis.enabled -}}
@@ -64,6 +65,86 @@ per-pod DNS names of this chart's StatefulSet, or redis.externalAddrs.
 {{- join "," $addrs -}}
 {{- else -}}
 {{- join "," .Values.redis.externalAddrs -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+sidelock.redisGroups renders a list of quorum groups (redis.externalGroups or
+redis.previousGroups) in the syntax of SIDELOCK_REDIS_GROUPS:
+"east=a:6379,b:6379,c:6379;d:6379,e:6379,f:6379" (a group without a name is
+just its addresses; the sidecar names it after them, sorted).
+*/}}
+{{- define "sidelock.redisGroups" -}}
+{{- $groups := list -}}
+{{- range . -}}
+{{- $addrs := join "," .addrs -}}
+{{- $groups = append $groups (ternary (printf "%s=%s" (get . "name") $addrs) $addrs (ne (get . "name") "")) -}}
+{{- end -}}
+{{- join ";" $groups -}}
+{{- end -}}
+
+{{/*
+sidelock.groupsByName turns a list of quorum groups into a JSON object
+{name: sorted addresses}, naming an unnamed group as the sidecar does (its
+addresses, sorted, joined with commas), and fails on what the sidecar
+would refuse at start: two groups of one name, a master in two groups.
+Call with (dict "groups" <list> "key" <values key, for messages>).
+*/}}
+{{- define "sidelock.groupsByName" -}}
+{{- $byName := dict -}}
+{{- $owner := dict -}}
+{{- range .groups -}}
+{{- $sorted := .addrs | sortAlpha | join "," -}}
+{{- $name := get . "name" | default $sorted -}}
+{{- if hasKey $byName $name -}}
+{{- fail (printf "%s: two groups are named %q" $.key $name) -}}
+{{- end -}}
+{{- $_ := set $byName $name $sorted -}}
+{{- range .addrs -}}
+{{- if hasKey $owner . -}}
+{{- fail (printf "%s: master %s is in groups %q and %q; the masters of all groups must be independent" $.key . (get $owner .) $name) -}}
+{{- end -}}
+{{- $_ := set $owner . $name -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $byName -}}
+{{- end -}}
+
+{{/*
+sidelock.checkRedis fails the render on masters settings that the schema
+cannot judge and the sidecar would refuse (it would crash-loop in every
+pod): where the masters come from, and a previous group list that
+contradicts the current one. Renders nothing.
+*/}}
+{{- define "sidelock.checkRedis" -}}
+{{- $r := .Values.redis -}}
+{{- if and $r.externalGroups $r.enabled -}}
+{{- fail "redis.externalGroups lists masters you run yourself: set redis.enabled=false (this chart's own masters are one quorum group; to use them as one of several groups, run them in a release of their own and list their addresses here)" -}}
+{{- end -}}
+{{- if and $r.externalGroups $r.externalAddrs -}}
+{{- fail "set redis.externalAddrs (one quorum group) or redis.externalGroups (several), not both" -}}
+{{- end -}}
+{{- $current := include "sidelock.groupsByName" (dict "groups" $r.externalGroups "key" "redis.externalGroups") | fromJson -}}
+{{- if not $r.externalGroups -}}
+{{- $sorted := include "sidelock.redisAddrs" . | splitList "," | sortAlpha | join "," -}}
+{{- $current = dict $sorted $sorted -}}
+{{- end -}}
+{{- $previous := include "sidelock.groupsByName" (dict "groups" $r.previousGroups "key" "redis.previousGroups") | fromJson -}}
+{{- $owner := dict -}}
+{{- range $name, $addrs := $current -}}
+{{- range splitList "," $addrs -}}
+{{- $_ := set $owner . $name -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $addrs := $previous -}}
+{{- if and (hasKey $current $name) (ne (get $current $name) $addrs) -}}
+{{- fail (printf "redis.previousGroups: group %q has other masters than in the current list (%s, before %s); a name must keep its masters across a migration" $name (get $current $name) $addrs) -}}
+{{- end -}}
+{{- range splitList "," $addrs -}}
+{{- if and (hasKey $owner .) (ne (get $owner .) $name) -}}
+{{- fail (printf "redis.previousGroups: master %s is in group %q now and in group %q before; a master must stay in its group (or leave the list) across a migration" . (get $owner .) $name) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

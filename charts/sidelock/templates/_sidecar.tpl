@@ -15,7 +15,8 @@ resolve exactly as they do for the Redis masters of the same release:
 Probes all hit the admin port (never the lock API, which listens on loopback
 only and is not a containerPort). Liveness uses /healthz, which never depends
 on Redis: a Redis outage must not restart every sidecar in the cluster.
-Readiness uses /readyz (quorum of masters) and, the sidecar being native,
+Readiness uses /readyz (quorum of masters; with several quorum groups, of
+all or any of them, sidecar.config.readyPolicy) and, the sidecar being native,
 counts toward the pod's readiness: losing quorum takes the pod out of its
 Services. sidecar.readinessProbe.enabled=false keeps such pods in rotation.
 */}}
@@ -68,8 +69,18 @@ port and probes so they cannot drift apart; the lock API stays on loopback.
   value: {{ printf "127.0.0.1:%d" (int $sc.listenPort) | quote }}
 - name: SIDELOCK_ADMIN_ADDR
   value: {{ printf ":%d" (int $sc.adminPort) | quote }}
+{{- include "sidelock.checkRedis" . }}
+{{- if $redis.externalGroups }}
+- name: SIDELOCK_REDIS_GROUPS
+  value: {{ include "sidelock.redisGroups" $redis.externalGroups | quote }}
+{{- else }}
 - name: SIDELOCK_REDIS_ADDRS
   value: {{ include "sidelock.redisAddrs" . | quote }}
+{{- end }}
+{{- with $redis.previousGroups }}
+- name: SIDELOCK_REDIS_GROUPS_PREVIOUS
+  value: {{ include "sidelock.redisGroups" . | quote }}
+{{- end }}
 {{- /* sidecar.config key -> variable; ranged in key order, so output is stable. */}}
 {{- $vars := dict
   "keyPrefix" "SIDELOCK_KEY_PREFIX"
@@ -87,13 +98,14 @@ port and probes so they cannot drift apart; the lock API stays on loopback.
   "healthInterval" "SIDELOCK_HEALTH_INTERVAL"
   "shutdownTimeout" "SIDELOCK_SHUTDOWN_TIMEOUT"
   "logFormat" "SIDELOCK_LOG_FORMAT"
-  "logLevel" "SIDELOCK_LOG_LEVEL" }}
+  "logLevel" "SIDELOCK_LOG_LEVEL"
+  "readyPolicy" "SIDELOCK_READY_POLICY" }}
 {{- range $key, $var := $vars }}
 - name: {{ $var }}
   value: {{ index $sc.config $key | toString | quote }}
 {{- end }}
 {{- /* Integers: int64 first, or YAML's float64 would print 1e+06. */}}
-{{- range $key, $var := dict "maxLocks" "SIDELOCK_MAX_LOCKS" "maxWaiters" "SIDELOCK_MAX_WAITERS" }}
+{{- range $key, $var := dict "maxLocks" "SIDELOCK_MAX_LOCKS" "maxWaiters" "SIDELOCK_MAX_WAITERS" "redisMaxConns" "SIDELOCK_REDIS_MAX_CONNS" }}
 - name: {{ $var }}
   value: {{ index $sc.config $key | int64 | toString | quote }}
 {{- end }}
