@@ -10,7 +10,7 @@ BENCHCOUNT ?= 3
 GOLANGCI_VERSION ?= v2.6.2
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: run test test-unit bench-smoke fuzz-smoke chaos chaos-ci soak vulncheck helm-lint k8s-validate image e2e test-deploy check-fmt vet lint build bench fuzz cover clean redis-server help-env helm-lint k8s-validate
+.PHONY: run test test-unit bench-smoke scale-sim fuzz-smoke chaos chaos-ci soak vulncheck helm-lint k8s-validate image e2e test-deploy check-fmt vet lint build bench fuzz cover clean redis-server help-env helm-lint k8s-validate
 
 ## run: sidelock in dev mode (3 in-memory masters), nothing to install.
 run:
@@ -69,6 +69,15 @@ bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 30m ./bench | tee bench/results/latest.txt
 	$(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) bench/results/latest.txt > bench/results/benchstat.txt
 	$(GO) run ./bench/report bench/results/latest.txt | tee bench/results/table.md
+
+## scale-sim: the fleet cost model (docs/scale.md) against a simulated fleet (~4 min): the model's
+## inputs (BenchmarkCostModel, 3 runs) into bench/results/model.txt, 10, 100 and 500 in-process
+## sidecars over 3 real masters into bench/results/scale.txt, then docs/scale/table.md and scale.png.
+## The inputs come from bench/results/latest.txt instead when `make bench` has put them there.
+scale-sim: redis-server
+	set -o pipefail; $(GO) test -run '^$$' -bench BenchmarkCostModel -benchtime 1s -count 3 -timeout 15m ./bench | tee bench/results/model.txt
+	set -o pipefail; $(GO) test -run '^$$' -bench BenchmarkScaleSim -benchtime 1x -count 1 -timeout 15m ./bench/scale | tee bench/results/scale.txt
+	$(GO) run ./cmd/scale-model -inputs bench/results/latest.txt,bench/results/model.txt -sim bench/results/scale.txt -png docs/scale/scale.png -table docs/scale/table.md
 
 ## fuzz: each fuzz target for FUZZTIME (default 10s).
 fuzz:
