@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bytes"
+	"image/png"
+	"math"
+	"strings"
+	"testing"
+)
+
+// fixedInputs are round unit costs whose products are easy to check by hand.
+var fixedInputs = Inputs{
+	RedisAcquire: 60, RedisRelease: 40, RedisAcquire5: 80, RedisRelease5: 40,
+	// Lone costs equal to the warm ones keep the arithmetic linear; the
+	// wake-up term has a test of its own.
+	RedisAcquireLone: 60, RedisReleaseLone: 40, RedisAcquireLone5: 80, RedisReleaseLone5: 40, RedisBackgroundLone: 50,
+	RedisRenewCall: 10, RedisRenewKey: 2, RedisBackground: 50, RedisIdle: 1000,
+	OutPerCycle: 100, OutPerHealthRound: 2000,
+	BusyConnBytes: 20000, IdleConnBytes: 2000, LockBytes: 300, FenceBytes: 200, ScriptsBytes: 150000,
+	ConnsPerSidecar: 2, ConnsAfterWait: 3,
+	SidecarAcquire3: 300, SidecarRelease3: 200, SidecarAcquire5: 500, SidecarRelease5: 300,
+	SidecarRenewCall: 40, SidecarRenewKey: 5, SidecarHealthRound: 100, SidecarTick: 200,
+}
+
+var fixedFleet = Fleet{Pods: 100, Masters: 3, Groups: 2, Cycles: 4, Held: 2, RenewBatch: 2, Names: 8, KeyTTL: 10, HealthInterval: 1}
+
+func near(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	if math.Abs(got-want) > 1e-6*math.Max(1, math.Abs(want)) {
+		t.Errorf("%s = %v, want %v", what, got, want)
+	}
+}
+
+func TestPerMasterMultipliesOutTheFleet(t *testing.T) {
+	m := fixedInputs.PerMaster(fixedFleet)
+	// 100 pods × 4 cycles/s over 2 groups = 200 cycles/s, × (60+40) µs.
+	near(t, "ops CPU", m.CPUOps, 20000)
+	// 1 held lock per pod per group, alone in its call: 100 × 0.3 calls/s
+	// × 10 µs, plus 100 keys × 0.3/s × 2 µs.
+	near(t, "renewal CPU", m.CPURenewals, 300+60)
+	// Every pod checks every master: 100 × 50 µs per 1 s round.
+	near(t, "health CPU", m.CPUHealth, 5000)
+	near(t, "CPU", m.CPU, 1000+20000+360+5000)
+	near(t, "connections", m.Conns, 200)
+	// The scripts, 2 busy connections per pod, 100 held keys, 100 × 8 / 2
+	// fence counters.
+	near(t, "memory", m.Memory, 150000+100*2*20000+100*300+400*200)
+	near(t, "output", m.OutBytes, 200*100+100*2000)
+}
+
+func TestWakeUpsCostMoreOnAQuietMaster(t *testing.T) {
+	// 1000 commands/s at 100 µs warm, 300 µs when they wake the master:
+	// u = (0.1 + 0.2) / (1 + 0.2) = 0.25, and the cost agrees with it.
+	l := load{rate: 1000, warm: 100, lone: 300}
+	u := utilisation(l)
+	near(t, "utilisation", u, 0.25)
+	near(t, "cost", l.cost(u), 250000)
+	// A trickle pays nearly the lone cost, a flood nearly the warm one.
+	trickle := load{rate: 1, warm: 100, lone: 300}
+	near(t, "trickle", trickle.cost(utilisation(trickle)), 300*(1-0.0003/1.0002)+100*0.0003/1.0002)
+	flood := load{rate: 9000, warm: 100, lone: 300}
+	if c := flood.cost(utilisation(flood)) / 9000; c > 130 {
+		t.Errorf("a saturated master pays %v µs per command, want close to the warm 100", c)
+	}
+	in := fixedInputs
+	in.RedisAcquireLone, in.RedisReleaseLone = 260, 40 // 200 µs more per cycle when alone
+	f := fixedFleet
+	f.Held = 0
+	m := in.PerMaster(f)
+	a := (200*100 + 100*50.0) / 1e6 // cycles and health rounds, warm
+	b := 200 * 200.0 / 1e6
+	near(t, "ops CPU", m.CPUOps, 200*(100+(1-(a+b)/(1+b))*200))
+}
+
+func TestWaitingPodsKeepAnIdleSubscriptionConnection(t *testing.T) {
+	f := fixedFleet
+	f.Waits = true
+	m := fixedInputs.PerMaster(f)
+	near(t, "connections", m.Conns, 300)
+	near(t, "memory", m.Memory, 150000+100*(2*20000+2000)+100*300+400*200)
+}
+
+func TestASlowHealthIntervalLeavesItsConnectionIdle(t *testing.T) {
+	f := fixedFleet
+	f.HealthInterval = 10
+	m := fixedInputs.PerMaster(f)
+	near(t, "health CPU", m.CPUHealth, 500)
+	// The lock connection still carries 3 × 4/2 + 0.3 requests/s: busy.
+	near(t, "memory", m.Memory, 150000+100*(2000+20000)+100*300+400*200)
+	// 0.1 cycles/s over 2 groups and one renewal call per 3.3 s: idle too.
+	f.Cycles = 0.1
+	near(t, "memory, rare locking", fixedInputs.PerMaster(f).Memory, 150000+100*2*2000+100*300+400*200)
+}
+
+func TestBatchedRenewalsShareACall(t *testing.T) {
+	f := fixedFleet
+	f.Groups, f.Held, f.RenewBatch = 1, 4, 4
+	// One call per pod per renewal period for 4 keys: 100 × 0.3 × 10 µs
+	// + 400 keys × 0.3 × 2 µs.
+	near(t, "renewal CPU", fixedInputs.PerMaster(f).CPURenewals, 300+240)
+}
+
+func TestPerPodCountsEveryMasterOfEveryGroup(t *testing.T) {
+	f := fixedFleet
+	f.Masters = 4 // halfway between the 3- and 5-master measurements
+	p := fixedInputs.PerPod(f)
+	ops := 4 * (400.0 + 250)
+	renewals := 2*0.3*40 + 2*0.3*5.0
+	health := 8 * 100.0 // 2 groups × 4 masters, one round per second
+	near(t, "pod CPU", p.CPU, ops+renewals+health+200)
+	near(t, "pod connections", p.Conns, 16)
+}
+
+func TestMaxPodsStopsAtTheFirstWall(t *testing.T) {
+	f := Fleet{Masters: 3, Groups: 1, Cycles: 10, KeyTTL: 10, HealthInterval: 1, RenewBatch: 1}
+	// Per pod per master: 10 × 100 + 50 = 1050 µs/s; budget 0.5 core.
+	c := fixedInputs.MaxPods(f, Walls{CPUBudget: 0.5, MaxClients: 10000})
+	near(t, "cpu wall", c.CPUPods, math.Floor((500000-1000)/1050.0))
+	near(t, "connection wall", c.ConnsPods, 5000)
+	if c.Binding != "cpu" || c.Pods != c.CPUPods {
+		t.Errorf("binding %q at %v pods, want the cpu wall", c.Binding, c.Pods)
+	}
+	f.Cycles = 0.1
+	c = fixedInputs.MaxPods(f, Walls{CPUBudget: 0.5, MaxClients: 10000})
+	if c.Binding != "connections" || c.Pods != 5000 {
+		t.Errorf("binding %q at %v pods, want 5000 by connections", c.Binding, c.Pods)
+	}
+}
+
+func TestGroupsNeededIsTheFewestThatFit(t *testing.T) {
+	f := Fleet{Pods: 1000, Masters: 3, Cycles: 10, KeyTTL: 10, HealthInterval: 1, RenewBatch: 1}
+	w := Walls{CPUBudget: 0.5}
+	// 1000 × 10 × 100 µs / K + 1000 × 50 + 1000 ≤ 500 000 → K ≥ 2.22.
+	if k := fixedInputs.GroupsNeeded(f, w); k != 3 {
+		t.Errorf("groups = %d, want 3", k)
+	}
+	// Health alone: 10 000 pods × 50 µs/s = 0.5 s/s, over the budget.
+	f.Pods = 10000
+	if k := fixedInputs.GroupsNeeded(f, w); k != 0 {
+		t.Errorf("groups = %d, want 0 (health rounds alone exceed the budget)", k)
+	}
+}
+
+func TestCallAndKeySplitsTheRenewalCost(t *testing.T) {
+	call, key := callAndKey(12, 12+99*2)
+	near(t, "call", call, 10)
+	near(t, "key", key, 2)
+}
+
+func TestConnBytesSpreadsTheServersBookkeeping(t *testing.T) {
+	busy, idle := connBytes(20000, 2000, 11500)
+	near(t, "busy", busy, 20500)
+	near(t, "idle", idle, 2500)
+}
+
+const sampleBench = `goos: linux
+BenchmarkCostModel/ops/path=engine/masters=3/callers=1-2   	 100	 1 ns/op	 90 redis-cpu-µs/acquire	 50 redis-cpu-µs/release
+BenchmarkCostModel/ops/path=engine/masters=5/callers=1-2   	 100	 1 ns/op	 95 redis-cpu-µs/acquire	 50 redis-cpu-µs/release
+BenchmarkCostModel/ops/path=engine/masters=3/callers=16-2   	 100	 1 ns/op	 60 redis-cpu-µs/acquire	 40 redis-cpu-µs/release	 150 redis-out-bytes/cycle
+BenchmarkCostModel/ops/path=engine/masters=3/callers=16-2   	 100	 1 ns/op	 64 redis-cpu-µs/acquire	 40 redis-cpu-µs/release	 150 redis-out-bytes/cycle
+BenchmarkCostModel/ops/path=engine/masters=3/callers=16-2   	 100	 1 ns/op	 62 redis-cpu-µs/acquire	 40 redis-cpu-µs/release	 150 redis-out-bytes/cycle
+BenchmarkCostModel/ops/path=engine/masters=5/callers=16-2   	 100	 1 ns/op	 70 redis-cpu-µs/acquire	 40 redis-cpu-µs/release
+BenchmarkCostModel/ops/path=http/masters=3-2   	 100	 1 ns/op	 300 sidecar-cpu-µs/acquire	 200 sidecar-cpu-µs/release	 150 redis-cpu-µs/acquire	 80 redis-cpu-µs/release
+BenchmarkCostModel/ops/path=http/masters=5-2   	 100	 1 ns/op	 500 sidecar-cpu-µs/acquire	 300 sidecar-cpu-µs/release
+BenchmarkCostModel/renewal/batch=1-2   	 100	 1 ns/op	 12 redis-cpu-µs/renewal-call	 42 sidecar-cpu-µs/renewal-call
+BenchmarkCostModel/renewal/batch=100-2   	 100	 1 ns/op	 210 redis-cpu-µs/renewal-call	 537 sidecar-cpu-µs/renewal-call
+BenchmarkCostModel/background/sidecars=50/health=none-2   	 1	 1 ns/op	 2000 redis-idle-cpu-µs/s	 200 sidecar-tick-cpu-µs/s
+BenchmarkCostModel/background/sidecars=50/health=1s-2   	 1	 1 ns/op	 110 redis-cpu-µs/health-round	 1 health-rounds/s/sidecar	 500 sidecar-cpu-µs/s	 1000000 sidecar-heap-bytes/sidecar	 150000 sidecar-rss-bytes/sidecar
+BenchmarkCostModel/background/sidecars=50/health=50ms-2   	 1	 1 ns/op	 40 redis-cpu-µs/health-round	 1000 redis-out-bytes/health-round	 20 health-rounds/s/sidecar
+BenchmarkCostModel/connections-2   	 1	 1 ns/op	 2 conns-active/sidecar	 3 conns-after-wait/sidecar
+BenchmarkCostModel/memory/conns=500-2   	 1	 1 ns/op	 20000 redis-bytes/busy-conn	 2000 redis-bytes/idle-conn	 11500 redis-bytes/conn
+BenchmarkCostModel/memory/locks=3000-2   	 1	 1 ns/op	 300 redis-bytes/lock	 200 redis-bytes/fence-counter	 1000 sidecar-heap-bytes/lock	 200000 redis-bytes/scripts
+BenchmarkSidecarIdleRSS-2   	 1	 1 ns/op	 35 10k-held-RSS-MB	 15 idle-RSS-MB
+`
+
+func TestInputsFromBenchmarkOutput(t *testing.T) {
+	r, err := parseResults(strings.NewReader(sampleBench))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := inputsFrom(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near(t, "acquire (median of 3)", in.RedisAcquire, 62)
+	near(t, "renew call", in.RedisRenewCall, 10)
+	near(t, "renew key", in.RedisRenewKey, 2)
+	near(t, "health round at fleet rate", in.RedisBackground, 40)
+	near(t, "health round, lone", in.RedisBackgroundLone, 110)
+	near(t, "sidecar health round", in.SidecarHealthRound, 100) // (500 − 200) / 3 masters
+	near(t, "busy connection", in.BusyConnBytes, 20500)
+	near(t, "pod RSS per lock", in.PodRSSPerLock, 20*(1<<20)/10000.0)
+}
+
+func TestInputsFromNamesWhatIsMissing(t *testing.T) {
+	r, _ := parseResults(strings.NewReader(strings.Split(sampleBench, "BenchmarkCostModel/renewal")[0]))
+	_, err := inputsFrom(r)
+	if err == nil || !strings.Contains(err.Error(), "renewal/batch=1 redis-cpu-µs/renewal-call") {
+		t.Errorf("err = %v, want the missing renewal line named", err)
+	}
+}
+
+func TestModelErrorIsRelativeToTheMeasurement(t *testing.T) {
+	near(t, "error", modelError(110, 100), 0.10)
+	near(t, "error", modelError(90, 100), -0.10)
+	if !math.IsNaN(modelError(1, 0)) {
+		t.Error("an error against 0 must be NaN")
+	}
+	if got := percent(-0.123); got != "-12 %" {
+		t.Errorf("percent = %q", got)
+	}
+	if got := num(34129); got != "34\u202f129" {
+		t.Errorf("num = %q", got)
+	}
+}
+
+func TestFigureRendersAPNG(t *testing.T) {
+	runs := []SimRun{{Sidecars: 10, TargetCycles: 2, Cycles: 2, Held: 2, Names: 8, KeyTTL: 10, HealthInterval: 1, RedisCPU: 5000, Clients: 20, RedisMemory: 1 << 20, SimCPU: 3000}}
+	fig := plotFigure(fixedInputs, runs, options{current: Settings{Walls: Walls{CPUBudget: 0.5, MaxClients: 10000}}, plotMaxSidecar: 10000})
+	var buf bytes.Buffer
+	if err := fig.render(&buf); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() != figW || b.Dy() != figH {
+		t.Errorf("image is %v", b)
+	}
+}
+
+func TestEveryLabelCharacterHasAGlyph(t *testing.T) {
+	fig := plotFigure(fixedInputs, []SimRun{{Sidecars: 10, TargetCycles: 2, Held: 2, KeyTTL: 10, HealthInterval: 1}},
+		options{current: Settings{Walls: Walls{CPUBudget: 0.5, MaxClients: 10000}}, plotMaxSidecar: 10000})
+	texts := append([]string{fig.title, fig.xLabel, "model", "measured (simulation)", "wall", "0.01", "10K"}, fig.subtitle...)
+	for _, p := range fig.panels {
+		texts = append(texts, p.title, p.wallLabel)
+	}
+	for _, s := range texts {
+		for _, r := range strings.ToUpper(s) {
+			if _, ok := glyphs[r]; !ok && r != ' ' {
+				t.Errorf("no glyph for %q in %q", r, s)
+			}
+		}
+	}
+}
