@@ -150,6 +150,7 @@ type Manager struct {
 	waiting int                 // callers in all queues
 	// renewals is the renewal grid: leases by the slot they renew in.
 	renewals    map[int64][]*lease
+	renewWake   chan struct{} // 1-buffered: the grid gained its first lease
 	renewerDone chan struct{}
 }
 
@@ -180,6 +181,7 @@ func NewManager(locker Locker, cfg Config) (*Manager, error) {
 		pending:     make(map[string]struct{}),
 		queues:      make(map[string]*queue),
 		renewals:    make(map[int64][]*lease),
+		renewWake:   make(chan struct{}, 1),
 		renewerDone: make(chan struct{}),
 	}
 	go m.renewLoop()

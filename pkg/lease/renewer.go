@@ -28,15 +28,32 @@ func (m *Manager) scheduleLocked(l *lease, at time.Time) {
 	}
 	s := slotOf(at)
 	l.renewSlot = s
+	if len(m.renewals) == 0 {
+		select { // wake an idle renewer
+		case m.renewWake <- struct{}{}:
+		default:
+		}
+	}
 	m.renewals[s] = append(m.renewals[s], l)
 }
 
-// renewLoop ticks until the Manager closes.
+// renewLoop ticks until the Manager closes. While no lease waits in the
+// grid it stops ticking: a pod holding nothing costs no CPU (measured in
+// docs/scale.md, a 50ms tick costs an idle sidecar about 0.4 ms/s).
 func (m *Manager) renewLoop() {
 	defer close(m.renewerDone)
 	t := time.NewTicker(renewQuantum)
 	defer t.Stop()
 	for {
+		if m.gridEmpty() {
+			t.Stop()
+			select {
+			case <-m.stopping:
+				return
+			case <-m.renewWake:
+			}
+			t.Reset(renewQuantum)
+		}
 		select {
 		case <-m.stopping:
 			return
@@ -44,6 +61,12 @@ func (m *Manager) renewLoop() {
 			m.renewDue(m.cfg.Now())
 		}
 	}
+}
+
+func (m *Manager) gridEmpty() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.renewals) == 0
 }
 
 // renewDue renews every live lease whose slot has come.

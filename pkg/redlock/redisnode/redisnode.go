@@ -21,6 +21,7 @@
 package redisnode
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	_ "embed"
@@ -90,6 +91,11 @@ type Options struct {
 	// so it must be cheap and must not block (a histogram's Observe).
 	// SetOnQueueWait replaces it.
 	OnQueueWait func(time.Duration)
+	// SubscriptionIdle is how long the release subscription's connection
+	// stays open once no key is watched (default 30s): a pod that waited
+	// once does not keep a third connection to every master for ever,
+	// and a pod that waits often does not redial for every wait.
+	SubscriptionIdle time.Duration
 }
 
 const (
@@ -102,6 +108,8 @@ const (
 	// DefaultMaxConns is the default, and the smallest, command-connection
 	// budget: one regular connection and one pipeline.
 	DefaultMaxConns = 2
+	// DefaultSubscriptionIdle is Options.SubscriptionIdle's default.
+	DefaultSubscriptionIdle = 30 * time.Second
 )
 
 // Node is a redlock.Node backed by one Redis master. It is safe for
@@ -137,6 +145,7 @@ func New(opts Options) *Node {
 		pipe:       newPipeliner(client, pipelines),
 	}
 	n.pipe.setOnQueueWait(opts.OnQueueWait)
+	n.releases.idle = cmp.Or(opts.SubscriptionIdle, DefaultSubscriptionIdle)
 	return n
 }
 

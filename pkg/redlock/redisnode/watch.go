@@ -22,9 +22,10 @@ const subscribeTimeout = time.Second
 // exactly the keys that have watchers, so a sidecar only hears about the
 // locks it waits for.
 //
-// Two goroutines run once the first watcher arrives and until Close:
-// deliver reads the messages and calls the watchers, and subscriber applies
-// watcher changes to the connection. Callers of WatchReleases and cancel
+// Two goroutines run from the first watcher until Close, or until no key
+// has been watched for the idle time (the connection is then closed, and
+// the next watcher opens a new one): deliver reads the messages and calls
+// the watchers, and subscriber applies watcher changes to the connection. Callers of WatchReleases and cancel
 // only update the registry and poke subscriber: go-redis's Subscribe can
 // wait on a dial, or behind its health check's reconnect (up to 10s), and
 // callers must not wait with it.
@@ -32,11 +33,11 @@ type releases struct {
 	mu       sync.Mutex
 	watchers map[string]map[*watcher]struct{} // keys with at least one watcher
 	dirty    map[string]struct{}              // keys that gained their first or lost their last watcher
-	ps       *redis.PubSub                    // nil until the first watch
+	ps       *redis.PubSub                    // nil until a watch, and after an idle spell
 	closed   bool
+	idle     time.Duration // without watched keys before ps is closed
 
-	changed chan struct{} // 1-buffered: dirty is not empty
-	ctx     context.Context
+	changed chan struct{}      // 1-buffered: dirty is not empty (one per ps)
 	stop    context.CancelFunc // ends subscriber and any SUBSCRIBE in flight
 	wg      sync.WaitGroup
 }
@@ -84,7 +85,8 @@ func (n *Node) startWatching() {
 	r.watchers = make(map[string]map[*watcher]struct{})
 	r.dirty = make(map[string]struct{})
 	r.changed = make(chan struct{}, 1)
-	r.ctx, r.stop = context.WithCancel(context.Background())
+	var ctx context.Context
+	ctx, r.stop = context.WithCancel(context.Background())
 
 	// With no channels, Subscribe does no I/O. Channel starts go-redis's
 	// own reading goroutine, which dials in the background, redials and
@@ -93,12 +95,12 @@ func (n *Node) startWatching() {
 	// connection to a vanished master fails and is replaced. Channel drops
 	// a message only if we leave it unread for a minute; deliver never
 	// blocks, since notify must not.
-	r.ps = n.subscriber.Subscribe(r.ctx)
+	r.ps = n.subscriber.Subscribe(ctx)
 	msgs := r.ps.Channel()
 
 	r.wg.Add(2)
 	go r.deliver(msgs)
-	go r.subscriber(r.ps)
+	go r.subscriber(ctx, r.ps, r.changed)
 }
 
 func (r *releases) unwatch(key string, w *watcher) {
@@ -143,15 +145,23 @@ func (r *releases) deliver(msgs <-chan *redis.Message) {
 }
 
 // subscriber brings the connection's subscriptions in line with the
-// watched keys each time they change, until Close.
-func (r *releases) subscriber(ps *redis.PubSub) {
+// watched keys each time they change, until Close or an idle spell.
+func (r *releases) subscriber(ctx context.Context, ps *redis.PubSub, changed <-chan struct{}) {
 	defer r.wg.Done()
 	subscribed := make(map[string]struct{}) // what go-redis was last told
+	idle := time.NewTimer(r.idle)
+	defer idle.Stop()
 	for {
 		select {
-		case <-r.ctx.Done():
+		case <-ctx.Done():
 			return
-		case <-r.changed:
+		case <-idle.C:
+			if r.retire(ps) {
+				return
+			}
+			idle.Reset(r.idle)
+			continue
+		case <-changed:
 		}
 
 		var add, drop []string
@@ -176,15 +186,35 @@ func (r *releases) subscriber(ps *redis.PubSub) {
 		// write drops the connection, and every new connection subscribes
 		// to the whole recorded set. So a failure here is repaired by the
 		// reconnect, not by us.
-		ctx, cancel := context.WithTimeout(r.ctx, subscribeTimeout)
+		writeCtx, cancel := context.WithTimeout(ctx, subscribeTimeout)
 		if len(add) > 0 {
-			_ = ps.Subscribe(ctx, add...)
+			_ = ps.Subscribe(writeCtx, add...)
 		}
 		if len(drop) > 0 {
-			_ = ps.Unsubscribe(ctx, drop...)
+			_ = ps.Unsubscribe(writeCtx, drop...)
 		}
 		cancel()
+		idle.Stop()
+		if len(subscribed) == 0 {
+			idle.Reset(r.idle)
+		}
 	}
+}
+
+// retire closes ps when no key is watched or about to be, so the next
+// watch opens a new connection; it reports whether it did.
+func (r *releases) retire(ps *redis.PubSub) bool {
+	r.mu.Lock()
+	if r.closed || r.ps != ps || len(r.watchers) > 0 || len(r.dirty) > 0 {
+		r.mu.Unlock()
+		return false
+	}
+	r.ps = nil
+	stop := r.stop
+	r.mu.Unlock()
+	stop()
+	_ = ps.Close() // ends deliver
+	return true
 }
 
 // close stops watching: no notify runs once it returns. Cancels stay safe

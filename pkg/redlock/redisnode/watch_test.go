@@ -286,3 +286,37 @@ func percentiles(d []time.Duration) string {
 	at := func(p float64) time.Duration { return d[int(p*float64(len(d)-1))] }
 	return fmt.Sprintf("n=%d p50=%v p90=%v p99=%v max=%v", len(d), at(0.5), at(0.9), at(0.99), d[len(d)-1])
 }
+
+// Once no key is watched for SubscriptionIdle, the subscription's
+// connection closes (a pod that waited once keeps 2 connections per master,
+// not 3); the next watch opens a new one and hears releases again.
+func TestIdleSubscriptionConnectionClosesAndReopens(t *testing.T) {
+	srv := redistest.Start(t)
+	n := redisnode.New(redisnode.Options{Addr: srv.Addr(), SubscriptionIdle: 200 * time.Millisecond})
+	t.Cleanup(func() { n.Close() })
+	releaser := redisnode.New(redisnode.Options{Addr: srv.Addr(), ClientName: "releaser"})
+	t.Cleanup(func() { releaser.Close() })
+	raw := sampler(t, srv, "")
+	subs := func() int { return clientCounts(clientList(t, raw), redisnode.DefaultClientName).subscription }
+
+	var f flag
+	cancel := n.WatchReleases("k", f.notify)
+	releaseUntilNotified(t, releaser, "k", &f, 2*time.Second)
+	if got := subs(); got != 1 {
+		t.Fatalf("%d subscription connections while watching, want 1", got)
+	}
+	cancel()
+	deadline := time.Now().Add(3 * time.Second)
+	for subs() != 0 || n.Stats().Subscriptions != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("subscription connection still open 3s after the last watch ended (CLIENT LIST %d, Stats %d)", subs(), n.Stats().Subscriptions)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var g flag
+	defer n.WatchReleases("k", g.notify)()
+	releaseUntilNotified(t, releaser, "k", &g, 2*time.Second)
+	if f.fired.Load() != 1 {
+		t.Errorf("the cancelled watcher fired %d times, want 1", f.fired.Load())
+	}
+}
