@@ -70,7 +70,7 @@ bench: redis-server
 	$(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) bench/results/latest.txt > bench/results/benchstat.txt
 	$(GO) run ./bench/report bench/results/latest.txt | tee bench/results/table.md
 
-## scale-sim: the fleet cost model (docs/scale.md) against a simulated fleet (~3 min): the model's
+## scale-sim: the fleet cost model (docs/scale.md) against a simulated fleet (~4 min): the model's
 ## inputs (BenchmarkCostModel, 3 runs) into bench/results/model.txt, 10, 100 and 500 in-process
 ## sidecars over 3 real masters into bench/results/scale.txt, then docs/scale/table.md and scale.png.
 ## The inputs come from bench/results/latest.txt instead when `make bench` has put them there.

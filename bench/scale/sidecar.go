@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/sidelock/sidelock/pkg/metrics"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
+	"github.com/sidelock/sidelock/pkg/shard"
 )
 
 // SidecarConfig sets what a simulated sidecar may differ in from the
@@ -43,14 +45,15 @@ type SidecarConfig struct {
 }
 
 // Sidecar is one sidecar stack in-process, assembled as cmd/sidelock's
-// serve does for one quorum group: its own Redis connections (one
-// redisnode.Node per master), Redlock with fencing, the health checker,
+// serve does: its own Redis connections (one redisnode.Node per master of
+// every group), Redlock with fencing (a shard.Router over the groups'
+// Lockers when there are several), the health checker,
 // the lease manager with its renewer, the Prometheus metrics, and the lock
 // API on its own loopback listener. Left out: the start-up independence
 // check (once per pod) and the admin listener (nothing scrapes it here).
 type Sidecar struct {
-	Addr    string // the lock API's "127.0.0.1:port"
-	Nodes   []redlock.Node
+	Addr    string         // the lock API's "127.0.0.1:port"
+	Nodes   []redlock.Node // every group's masters, group after group
 	Manager *lease.Manager
 
 	server     *http.Server
@@ -58,24 +61,67 @@ type Sidecar struct {
 	checks     sync.WaitGroup
 }
 
-// StartSidecar starts a sidecar over the masters at addrs.
+// StartSidecar starts a sidecar over one group of masters at addrs.
 func StartSidecar(addrs []string, cfg SidecarConfig) (*Sidecar, error) {
+	return StartSidecarGroups([][]string{addrs}, cfg)
+}
+
+// StartSidecarGroups starts a sidecar over quorum groups of masters, wired
+// as cmd/sidelock's buildGroups, newLocker, healthGroups and setEligible
+// do: one fenced Locker per group, a shard.Router over them when there is
+// more than one, and one health checker over every master of every group
+// (listed group after group).
+func StartSidecarGroups(groups [][]string, cfg SidecarConfig) (*Sidecar, error) {
 	cfg = cfg.withDefaults()
-	s := &Sidecar{Nodes: make([]redlock.Node, len(addrs))}
-	for i, a := range addrs {
-		s.Nodes[i] = redisnode.New(redisnode.Options{Addr: a})
+	s := &Sidecar{}
+	lockers := make([]*redlock.Locker, len(groups))
+	for g, addrs := range groups {
+		nodes := make([]redlock.Node, len(addrs))
+		for i, a := range addrs {
+			nodes[i] = redisnode.New(redisnode.Options{Addr: a})
+		}
+		s.Nodes = append(s.Nodes, nodes...)
+		l, err := redlock.New(nodes, redlock.Config{NodeTimeout: cfg.NodeTimeout, Fencing: true})
+		if err != nil {
+			s.closeNodes()
+			return nil, err
+		}
+		lockers[g] = l
 	}
-	locker, err := redlock.New(s.Nodes, redlock.Config{NodeTimeout: cfg.NodeTimeout, Fencing: true})
-	if err != nil {
-		s.closeNodes()
-		return nil, err
+	var locker lease.Locker = lockers[0]
+	var healthGroups []health.Group
+	if len(groups) > 1 {
+		shardGroups := make([]shard.Group, len(groups))
+		healthGroups = make([]health.Group, len(groups))
+		for g, l := range lockers {
+			name := fmt.Sprintf("g%d", g)
+			shardGroups[g] = shard.Group{Name: name, Locker: l}
+			healthGroups[g] = health.Group{Name: name, Size: len(groups[g]), Quorum: l.Quorum()}
+		}
+		router, err := shard.New(shardGroups, nil)
+		if err != nil {
+			s.closeNodes()
+			return nil, err
+		}
+		locker = router
+	}
+	setEligible := func(i int, eligible bool) {
+		for g, l := range lockers {
+			if i < len(groups[g]) {
+				l.SetEligible(i, eligible)
+				return
+			}
+			i -= len(groups[g])
+		}
 	}
 	var checker *health.Checker
 	if cfg.HealthInterval > 0 {
 		// No restart guard: the simulation's masters are fresh and would
 		// sit out the probation. The rounds cost the same with it.
-		checker, err = health.New(s.Nodes, locker.Quorum(), health.Config{
-			Interval: cfg.HealthInterval, Timeout: cfg.NodeTimeout, Fencing: true, SetEligible: locker.SetEligible,
+		var err error
+		checker, err = health.New(s.Nodes, lockers[0].Quorum(), health.Config{
+			Interval: cfg.HealthInterval, Timeout: cfg.NodeTimeout, Fencing: true, SetEligible: setEligible,
+			Groups: healthGroups,
 		})
 		if err != nil {
 			s.closeNodes()
@@ -93,6 +139,7 @@ func StartSidecar(addrs []string, cfg SidecarConfig) (*Sidecar, error) {
 	if cfg.Renewals != nil {
 		obs = countingObserver{Metrics: m, renewals: cfg.Renewals}
 	}
+	var err error
 	s.Manager, err = lease.NewManager(locker, lease.Config{
 		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: 5 * time.Minute,
 		MaxHold: 24 * time.Hour, Observer: obs,

@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -16,7 +17,9 @@ import (
 
 // The fleet simulation: S full sidecars in this process (each with its own
 // connections, health checker, lease manager and lock API listener) over
-// one group of three real masters, each driven by an open-loop caller at
+// one group of three real masters (sidecars=S), or over K groups of three
+// (groups=K/sidecars=S: 3K masters, names spread over the groups by a
+// shard.Router, every master health-checked by every sidecar), each driven by an open-loop caller at
 // a fixed rate while also holding a few long-lived locks that the renewer
 // keeps alive. What the masters and this process spend is compared with
 // the cost model's prediction by cmd/scale-model (see docs/scale.md).
@@ -44,12 +47,23 @@ const (
 	defaultWindow  = 15 * time.Second
 )
 
+// simCases are the simulated fleets: one group at three sizes, and two
+// groups (the model's K, never otherwise exercised) at the middle size.
+var simCases = []struct{ groups, sidecars int }{
+	{1, 10}, {1, 100}, {1, 500},
+	{2, 100}, {2, 500},
+}
+
 func BenchmarkScaleSim(b *testing.B) {
 	window := measuringWindow(b)
-	for _, n := range []int{10, 100, 500} {
-		b.Run(fmt.Sprintf("sidecars=%d", n), func(b *testing.B) {
+	for _, c := range simCases {
+		name := fmt.Sprintf("sidecars=%d", c.sidecars)
+		if c.groups > 1 {
+			name = fmt.Sprintf("groups=%d/%s", c.groups, name)
+		}
+		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
-				runSimulation(b, n, window)
+				runSimulation(b, c.groups, c.sidecars, window)
 			}
 		})
 	}
@@ -67,21 +81,23 @@ func measuringWindow(b *testing.B) time.Duration {
 	return d
 }
 
-// simMasterSet is the group's masters and their meters.
+// simMasterSet is the groups' masters and their meters, group after
+// group (meters[g*simMasters+i] is master i of group g).
 type simMasterSet struct {
-	addrs  []string
+	groups [][]string
 	meters []*Master
 }
 
-func startSimMasters(b *testing.B) *simMasterSet {
-	ms := &simMasterSet{}
-	for _, s := range redistest.StartN(b, simMasters) {
+func startSimMasters(b *testing.B, groups int) *simMasterSet {
+	ms := &simMasterSet{groups: make([][]string, groups)}
+	for i, s := range redistest.StartN(b, groups*simMasters) {
 		m, err := NewMaster(context.Background(), s.Addr(), s.Pid())
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { m.Close() })
-		ms.addrs = append(ms.addrs, s.Addr())
+		g := i / simMasters
+		ms.groups[g] = append(ms.groups[g], s.Addr())
 		ms.meters = append(ms.meters, m)
 	}
 	return ms
@@ -92,8 +108,8 @@ type snapshot struct {
 	at         time.Time
 	redisCPU   []time.Duration
 	redisOut   []int64
-	wakeups    int64 // all masters
-	requests   int64 // all masters
+	wakeups    int64   // all masters
+	requests   []int64 // per master
 	processCPU time.Duration
 	renewals   int64
 }
@@ -120,7 +136,7 @@ func (ms *simMasterSet) snapshot(b *testing.B, renewals *RenewalCounter) snapsho
 		s.redisCPU = append(s.redisCPU, cpu)
 		s.redisOut = append(s.redisOut, out)
 		s.wakeups += wakeups
-		s.requests += requests
+		s.requests = append(s.requests, requests)
 	}
 	s.processCPU = ProcessCPU()
 	return s
@@ -162,13 +178,13 @@ func (ms *simMasterSet) baseline(b *testing.B) baseline {
 	return base
 }
 
-func runSimulation(b *testing.B, n int, window time.Duration) {
-	ensureFileLimit(b, n)
-	ms := startSimMasters(b)
+func runSimulation(b *testing.B, groups, n int, window time.Duration) {
+	ensureFileLimit(b, n, groups*simMasters)
+	ms := startSimMasters(b, groups)
 	base := ms.baseline(b)
 	base.processCPU = processCPURate(time.Second)
 	renewals := &RenewalCounter{}
-	sidecars := startFleet(b, ms.addrs, n, renewals)
+	sidecars := startFleet(b, ms.groups, n, renewals)
 	defer stopFleet(b, sidecars)
 	holdLocks(b, sidecars)
 
@@ -187,10 +203,10 @@ func runSimulation(b *testing.B, n int, window time.Duration) {
 // startFleet starts n sidecars whose first health rounds are spread over
 // one interval, as pods started at different moments check at different
 // moments.
-func startFleet(b *testing.B, addrs []string, n int, renewals *RenewalCounter) []*simSidecar {
+func startFleet(b *testing.B, groups [][]string, n int, renewals *RenewalCounter) []*simSidecar {
 	out := make([]*simSidecar, n)
 	for i := range out {
-		s, err := StartSidecar(addrs, SidecarConfig{
+		s, err := StartSidecarGroups(groups, SidecarConfig{
 			KeyPrefix: "sim:", KeyTTL: simKeyTTL, HealthInterval: simHealthEvery, NodeTimeout: simNodeTimeout,
 			FirstCheckAfter: time.Duration(rand.Int64N(int64(simHealthEvery))), Renewals: renewals,
 		})
@@ -342,6 +358,8 @@ func reportSimulation(b *testing.B, n int, ms *simMasterSet, base baseline, star
 	perSidecar := float64(n)
 	masters := float64(len(ms.meters))
 	b.ReportMetric(perSidecar, "sidecars")
+	b.ReportMetric(float64(len(ms.groups)), "groups")
+	b.ReportMetric(simMasters, "masters/group")
 	b.ReportMetric(cyclesPerSecond, "target-cycles/s/sidecar")
 	b.ReportMetric(heldPerSidecar, "held/sidecar")
 	b.ReportMetric(namesPerSidecar, "names/sidecar")
@@ -363,13 +381,40 @@ func reportSimulation(b *testing.B, n int, ms *simMasterSet, base baseline, star
 	b.ReportMetric(float64(cpu.Microseconds())/seconds/masters, "redis-cpu-µs/s/master")
 	b.ReportMetric(float64(peak.Microseconds())/seconds, "redis-cpu-max-µs/s/master")
 	b.ReportMetric(float64(out)/seconds/masters, "redis-out-bytes/s/master")
-	requests := float64(end.requests - start.requests)
+	var requests float64
+	for i := range ms.meters {
+		requests += float64(end.requests[i] - start.requests[i])
+	}
 	b.ReportMetric(requests/seconds/masters, "redis-round-trips/s/master")
+	reportGroupSpread(b, ms, start, end, seconds)
 	b.ReportMetric(requests/float64(end.wakeups-start.wakeups), "redis-requests/wakeup")
 	processCPU := float64((end.processCPU-start.processCPU).Microseconds())/seconds - base.processCPU
 	b.ReportMetric(processCPU/perSidecar, "sim-cpu-µs/s/sidecar")
 
 	reportResidents(b, ms, base, perSidecar)
+}
+
+// reportGroupSpread reports, per master, the CPU and round trips of the
+// least and the most loaded group (each a mean over the group's masters):
+// with the names spread evenly they should agree.
+func reportGroupSpread(b *testing.B, ms *simMasterSet, start, end snapshot, seconds float64) {
+	cpuMin, cpuMax, rtMin, rtMax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+	for g := range ms.groups {
+		var cpu time.Duration
+		var rt int64
+		for i := g * simMasters; i < (g+1)*simMasters; i++ {
+			cpu += end.redisCPU[i] - start.redisCPU[i]
+			rt += end.requests[i] - start.requests[i]
+		}
+		c := float64(cpu.Microseconds()) / seconds / simMasters
+		r := float64(rt) / seconds / simMasters
+		cpuMin, cpuMax = min(cpuMin, c), max(cpuMax, c)
+		rtMin, rtMax = min(rtMin, r), max(rtMax, r)
+	}
+	b.ReportMetric(cpuMin, "redis-cpu-group-min-µs/s/master")
+	b.ReportMetric(cpuMax, "redis-cpu-group-max-µs/s/master")
+	b.ReportMetric(rtMin, "redis-round-trips-group-min/s/master")
+	b.ReportMetric(rtMax, "redis-round-trips-group-max/s/master")
 }
 
 // reportCycles reports the rate, latencies and failures of the cycles due
@@ -442,8 +487,8 @@ func reportResidents(b *testing.B, ms *simMasterSet, base baseline, sidecars flo
 // ensureFileLimit raises the soft open-file limit for n sidecars: per
 // sidecar up to 3 connections per master, its listener and its caller's
 // connection at both ends.
-func ensureFileLimit(b *testing.B, n int) {
-	need := uint64(n*(3*simMasters+3) + 256)
+func ensureFileLimit(b *testing.B, n, masters int) {
+	need := uint64(n*(3*masters+3) + 256)
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		b.Fatal(err)

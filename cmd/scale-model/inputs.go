@@ -160,7 +160,12 @@ func math0(v float64) float64 { return max(v, 0) }
 
 // SimRun is one size of BenchmarkScaleSim.
 type SimRun struct {
+	Name                       string // the sub-benchmark: "sidecars=100", "groups=2/sidecars=100"
 	Sidecars                   float64
+	Groups                     float64 // quorum groups of 3 masters; per-master figures are means over all
+	GroupCPUMin, GroupCPUMax   float64 // µs/s per master, of the least and most loaded group
+	GroupRTMin, GroupRTMax     float64 // round trips/s per master, likewise
+	RoundTrips                 float64 // requests/s per master (a health round counts once)
 	TargetCycles, Cycles       float64 // per sidecar per second
 	Held, Names                float64 // per sidecar
 	KeyTTL, HealthInterval     float64 // seconds
@@ -175,28 +180,34 @@ type SimRun struct {
 	RequestsPerWakeup          float64 // requests the masters served per event-loop wake-up
 }
 
-var simName = regexp.MustCompile(`^ScaleSim/sidecars=(\d+)\|`)
+var simName = regexp.MustCompile(`^ScaleSim/((?:groups=\d+/)?sidecars=\d+)\|`)
 
-// simRuns reads every simulated size, smallest first.
+// simRuns reads every simulated fleet: one group first, smallest first.
 func simRuns(r results) ([]SimRun, error) {
-	sizes := map[string]bool{}
+	names := map[string]bool{}
 	for k := range r {
 		if m := simName.FindStringSubmatch(k); m != nil {
-			sizes[m[1]] = true
+			names[m[1]] = true
 		}
 	}
-	if len(sizes) == 0 {
+	if len(names) == 0 {
 		return nil, fmt.Errorf("no BenchmarkScaleSim results")
 	}
 	var runs []SimRun
-	for size := range sizes {
-		run, err := simRun(r, "ScaleSim/sidecars="+size)
+	for name := range names {
+		run, err := simRun(r, "ScaleSim/"+name)
 		if err != nil {
 			return nil, err
 		}
+		run.Name = name
 		runs = append(runs, run)
 	}
-	sort.Slice(runs, func(i, j int) bool { return runs[i].Sidecars < runs[j].Sidecars })
+	sort.Slice(runs, func(i, j int) bool {
+		if runs[i].Groups != runs[j].Groups {
+			return runs[i].Groups < runs[j].Groups
+		}
+		return runs[i].Sidecars < runs[j].Sidecars
+	})
 	return runs, nil
 }
 
@@ -213,7 +224,17 @@ func simRun(r results, name string) (SimRun, error) {
 		SimCPU: g("sim-cpu-µs/s/sidecar"), SimHeap: g("sim-heap-bytes/sidecar"), SimRSS: g("sim-rss-bytes/sidecar"),
 		AcquireP50: g("acquire-p50-µs"), AcquireP99: g("acquire-p99-µs"),
 		CycleP50: g("cycle-p50-µs"), CycleP99: g("cycle-p99-µs"), Errors: g("errors"),
-		RequestsPerWakeup: g("redis-requests/wakeup"),
+		RequestsPerWakeup: g("redis-requests/wakeup"), RoundTrips: g("redis-round-trips/s/master"),
+		Groups: 1,
+	}
+	// Older outputs (one group only) have no group figures.
+	if v, ok := r.median(name, "groups"); ok {
+		run.Groups = v
+		run.GroupCPUMin, run.GroupCPUMax = g("redis-cpu-group-min-µs/s/master"), g("redis-cpu-group-max-µs/s/master")
+		run.GroupRTMin, run.GroupRTMax = g("redis-round-trips-group-min/s/master"), g("redis-round-trips-group-max/s/master")
+	} else {
+		run.GroupCPUMin, run.GroupCPUMax = run.RedisCPU, run.RedisCPU
+		run.GroupRTMin, run.GroupRTMax = run.RoundTrips, run.RoundTrips
 	}
 	if len(rd.missing) > 0 {
 		return run, fmt.Errorf("missing simulation results:\n  %s", strings.Join(rd.missing, "\n  "))
@@ -221,12 +242,12 @@ func simRun(r results, name string) (SimRun, error) {
 	return run, nil
 }
 
-// Fleet is the model's description of the simulated fleet: one group of
+// Fleet is the model's description of the simulated fleet: its groups of
 // three masters, the achieved rate, and held locks taken together (so a
-// sidecar's renew in one call).
+// sidecar's in one group renew in one call).
 func (s SimRun) Fleet() Fleet {
 	return Fleet{
-		Pods: s.Sidecars, Masters: 3, Groups: 1, Cycles: s.Cycles, Held: s.Held, RenewBatch: s.Held,
+		Pods: s.Sidecars, Masters: 3, Groups: int(s.Groups), Cycles: s.Cycles, Held: s.Held, RenewBatch: s.Held,
 		Names: s.Names, KeyTTL: s.KeyTTL, HealthInterval: s.HealthInterval,
 	}
 }

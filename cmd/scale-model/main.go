@@ -157,11 +157,15 @@ func writeDocument(w io.Writer, in Inputs, runs []SimRun, opt options, source st
 	fmt.Fprintf(w, "<!-- Written by `go run ./cmd/scale-model` (make scale-sim) from %s and %s. -->\n\n", source, opt.sim)
 	fmt.Fprintf(w, "### Model inputs (from %s)\n\n", source)
 	writeInputs(w, in)
-	fmt.Fprintf(w, "\n### Model against simulation (one group of 3 masters; per sidecar %g cycles/s, %g held locks, %g names)\n\n",
+	fmt.Fprintf(w, "\n### Model against simulation (groups of 3 masters; per sidecar %g cycles/s, %g held locks, %g names)\n\n",
 		runs[0].TargetCycles, runs[0].Held, runs[0].Names)
+	fmt.Fprintln(w, "Per-master figures are means over every master of every group.")
+	fmt.Fprintln(w)
 	writeComparison(w, in, runs)
 	fmt.Fprintln(w)
 	writeSimContext(w, runs)
+	fmt.Fprintf(w, "\n### What more groups change per master (simulated)\n\n")
+	writeGroupCheck(w, in, runs)
 	for _, s := range []Settings{opt.current, opt.recommended} {
 		fmt.Fprintf(w, "\n### Largest fleet one group serves — %s, master CPU ≤ %.0f %% of a core\n\n", s.Name, s.Walls.CPUBudget*100)
 		writeCapacity(w, in, s)
@@ -177,47 +181,73 @@ func writeDocument(w io.Writer, in Inputs, runs []SimRun, opt options, source st
 // plotFigure is the simulated fleet's model curve against its
 // measurements, extended to 10 000 sidecars to show where each wall is met.
 func plotFigure(in Inputs, runs []SimRun, opt options) figure {
-	base := runs[0].Fleet()
-	base.Cycles = runs[0].TargetCycles
-	model := func(y func(Master, Pod, Fleet) float64) []point {
+	var one, more []SimRun
+	for _, r := range runs {
+		if r.Groups > 1 {
+			more = append(more, r)
+		} else {
+			one = append(one, r)
+		}
+	}
+	if len(one) == 0 {
+		one = runs
+		more = nil
+	}
+	base := one[0].Fleet()
+	base.Cycles = one[0].TargetCycles
+	groupsK := 0
+	if len(more) > 0 {
+		groupsK = int(more[0].Groups)
+	}
+	curve := func(groups int, y func(Master, Pod, Fleet) float64) []point {
+		if groups == 0 {
+			return nil
+		}
 		var pts []point
 		for x := 10.0; x <= opt.plotMaxSidecar*1.0001; x *= math.Pow(10, 0.05) {
 			f := base
 			f.Pods = x
+			f.Groups = groups
 			pts = append(pts, point{x, y(in.PerMaster(f), in.PerPod(f), f)})
 		}
 		return pts
 	}
-	sim := func(y func(SimRun) float64) []point {
+	points := func(runs []SimRun, y func(SimRun) float64) []point {
 		var pts []point
 		for _, r := range runs {
+			if r.Groups > 1 && int(r.Groups) != groupsK {
+				continue // one K per figure
+			}
 			pts = append(pts, point{r.Sidecars, y(r)})
 		}
 		return pts
 	}
+	mk := func(title string, ym func(Master, Pod, Fleet) float64, ys func(SimRun) float64) panel {
+		return panel{title: title, model: curve(1, ym), sim: points(one, ys), modelK: curve(groupsK, ym), simK: points(more, ys)}
+	}
+	cpu := mk("redis cpu per master (% of one core)",
+		func(m Master, _ Pod, _ Fleet) float64 { return m.CPU / 1e4 }, func(r SimRun) float64 { return r.RedisCPU / 1e4 })
+	cpu.wall, cpu.wallLabel = opt.current.Walls.CPUBudget*100, fmt.Sprintf("%.0f%% budget", opt.current.Walls.CPUBudget*100)
+	conns := mk("connections per master",
+		func(m Master, _ Pod, _ Fleet) float64 { return m.Conns }, func(r SimRun) float64 { return r.Clients })
+	conns.wall, conns.wallLabel = opt.current.Walls.MaxClients, "maxclients "+fmt.Sprint(opt.current.Walls.MaxClients)
+	mem := mk("redis memory per master (mb)",
+		func(m Master, _ Pod, _ Fleet) float64 { return m.Memory / (1 << 20) }, func(r SimRun) float64 { return r.RedisMemory / (1 << 20) })
+	side := mk("cpu of all sidecars (% of one core)",
+		func(_ Master, p Pod, f Fleet) float64 { return p.CPU * f.Pods / 1e4 }, func(r SimRun) float64 { return r.SimCPU * r.Sidecars / 1e4 })
+	side.wall, side.wallLabel = 200, "this machine: 2 cores"
+	groupsLine := "one group of 3 redis masters"
+	if groupsK > 1 {
+		groupsLine = fmt.Sprintf("one group of 3 redis masters, and (green) %d groups of 3", groupsK)
+	}
 	return figure{
 		title: "sidelock fleet cost: model against simulation",
 		subtitle: []string{
-			fmt.Sprintf("one group of 3 redis masters; per sidecar %g acquire+release cycles/s, %g held locks, health round every %gs.", base.Cycles, base.Held, base.HealthInterval),
+			fmt.Sprintf("%s; per sidecar %g acquire+release cycles/s, %g held locks, health round every %gs.", groupsLine, base.Cycles, base.Held, base.HealthInterval),
 			"points: in-process sidecars against real masters on a shared 2-core machine; the model runs on to 10 000 sidecars.",
 		},
-		xLabel: "sidecars (pods)", xMin: 10, xMax: opt.plotMaxSidecar,
-		panels: []panel{
-			{title: "redis cpu per master (% of one core)",
-				model: model(func(m Master, _ Pod, _ Fleet) float64 { return m.CPU / 1e4 }),
-				sim:   sim(func(r SimRun) float64 { return r.RedisCPU / 1e4 }),
-				wall:  opt.current.Walls.CPUBudget * 100, wallLabel: fmt.Sprintf("%.0f%% budget", opt.current.Walls.CPUBudget*100)},
-			{title: "connections per master",
-				model: model(func(m Master, _ Pod, _ Fleet) float64 { return m.Conns }),
-				sim:   sim(func(r SimRun) float64 { return r.Clients }),
-				wall:  opt.current.Walls.MaxClients, wallLabel: "maxclients " + fmt.Sprint(opt.current.Walls.MaxClients)},
-			{title: "redis memory per master (mb)",
-				model: model(func(m Master, _ Pod, _ Fleet) float64 { return m.Memory / (1 << 20) }),
-				sim:   sim(func(r SimRun) float64 { return r.RedisMemory / (1 << 20) })},
-			{title: "cpu of all sidecars (% of one core)",
-				model: model(func(_ Master, p Pod, f Fleet) float64 { return p.CPU * f.Pods / 1e4 }),
-				sim:   sim(func(r SimRun) float64 { return r.SimCPU * r.Sidecars / 1e4 }),
-				wall:  200, wallLabel: "this machine: 2 cores"},
-		},
+		groupsK: groupsK,
+		xLabel:  "sidecars (pods)", xMin: 10, xMax: opt.plotMaxSidecar,
+		panels: []panel{cpu, conns, mem, side},
 	}
 }

@@ -86,6 +86,8 @@ type Master struct {
 	Conns       float64
 	Memory      float64 // bytes
 	OutBytes    float64 // bytes/s
+	Requests    float64 // round trips/s: 3 per cycle, renewal calls, 1 per health round
+	LockReqs    float64 // the part of Requests that lock operations and renewals make
 	CPUOps      float64 // the parts of CPU: lock operations,
 	CPURenewals float64 // renewals,
 	CPUHealth   float64 // health rounds and per-client housekeeping
@@ -134,7 +136,9 @@ func (in Inputs) PerMaster(f Fleet) Master {
 		CPUHealth:   health.cost(busy),
 		Conns:       f.Pods * in.connsPerPod(f),
 		OutBytes:    cycles*in.OutPerCycle + f.Pods*in.OutPerHealthRound/f.HealthInterval,
+		LockReqs:    3*cycles + f.Pods*f.renewCallsPerGroup(),
 	}
+	m.Requests = m.LockReqs + f.Pods/f.HealthInterval
 	m.CPU = in.RedisIdle + m.CPUOps + m.CPURenewals + m.CPUHealth
 	m.Memory = in.ScriptsBytes + in.connMemory(f)*f.Pods + heldKeys*in.LockBytes + f.Pods*f.Names/groups*in.FenceBytes
 	return m
@@ -235,6 +239,13 @@ func (in Inputs) redisLoneOpCost(masters int) (acquire, release float64) {
 // between interpolates linearly between a figure at 3 and one at 5 masters.
 func between(at3, at5 float64, masters int) float64 {
 	return at3 + float64(masters-3)/2*(at5-at3)
+}
+
+// SidecarHeapOf is one in-process sidecar's heap: mostly go-redis's buffers,
+// which grow with the masters it connects to (measured at 3), plus its
+// held leases.
+func (in Inputs) SidecarHeapOf(f Fleet) float64 {
+	return in.SidecarHeap*float64(f.Groups*f.Masters)/3 + f.Held*in.SidecarHeapPerLock
 }
 
 // sidecarOpCost interpolates the per-operation sidecar CPU, measured at 3

@@ -245,3 +245,39 @@ func TestEveryLabelCharacterHasAGlyph(t *testing.T) {
 		}
 	}
 }
+
+func TestMoreGroupsHalveLockLoadButNotHealthOrConnections(t *testing.T) {
+	one, two := fixedFleet, fixedFleet
+	one.Groups = 1
+	m1, m2 := fixedInputs.PerMaster(one), fixedInputs.PerMaster(two)
+	near(t, "ops CPU K=2 / K=1", m2.CPUOps/m1.CPUOps, 0.5)
+	near(t, "lock requests K=2 / K=1", (m2.LockReqs-100*0.3)/(m1.LockReqs-100*0.3), 0.5)
+	near(t, "health CPU", m2.CPUHealth, m1.CPUHealth)
+	near(t, "health requests", m2.Requests-m2.LockReqs, m1.Requests-m1.LockReqs)
+	near(t, "connections", m2.Conns, m1.Conns)
+	// 3 requests per cycle (200 cycles/s at K=2), 1 renewal call per pod
+	// per 3.3 s, 1 health round per pod per second.
+	near(t, "requests", m2.Requests, 600+30+100)
+}
+
+func TestSimRunsReadGroupedFleets(t *testing.T) {
+	out := `BenchmarkScaleSim/sidecars=100-2 1 1 ns/op 100 sidecars 2 target-cycles/s/sidecar 2 cycles/s/sidecar 2 held/sidecar 8 names/sidecar 10 key-ttl-s 1 health-interval-s 15 window-s 60 renewals/s 40000 redis-cpu-µs/s/master 41000 redis-cpu-max-µs/s/master 200 clients/master 0 subscribed/master 1 redis-bytes/master 1 redis-out-bytes/s/master 1 sim-cpu-µs/s/sidecar 1 sim-heap-bytes/sidecar 1 sim-rss-bytes/sidecar 1 acquire-p50-µs 1 acquire-p99-µs 1 cycle-p50-µs 1 cycle-p99-µs 0 errors 1 redis-requests/wakeup 700 redis-round-trips/s/master
+BenchmarkScaleSim/groups=2/sidecars=100-2 1 1 ns/op 100 sidecars 2 groups 2 target-cycles/s/sidecar 2 cycles/s/sidecar 2 held/sidecar 8 names/sidecar 10 key-ttl-s 1 health-interval-s 15 window-s 60 renewals/s 25000 redis-cpu-µs/s/master 26000 redis-cpu-max-µs/s/master 24000 redis-cpu-group-min-µs/s/master 26000 redis-cpu-group-max-µs/s/master 200 clients/master 0 subscribed/master 1 redis-bytes/master 1 redis-out-bytes/s/master 1 sim-cpu-µs/s/sidecar 1 sim-heap-bytes/sidecar 1 sim-rss-bytes/sidecar 1 acquire-p50-µs 1 acquire-p99-µs 1 cycle-p50-µs 1 cycle-p99-µs 0 errors 1 redis-requests/wakeup 400 redis-round-trips/s/master 390 redis-round-trips-group-min/s/master 410 redis-round-trips-group-max/s/master
+`
+	r, err := parseResults(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := simRuns(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2 || runs[0].Groups != 1 || runs[1].Groups != 2 || runs[1].Fleet().Groups != 2 || runs[1].GroupCPUMax != 26000 {
+		t.Fatalf("runs = %+v", runs)
+	}
+	var buf bytes.Buffer
+	writeGroupCheck(&buf, fixedInputs, runs)
+	if !strings.Contains(buf.String(), "| connections per master | 2 | 100 | 1.00 | 1.00 |") {
+		t.Errorf("group check:\n%s", buf.String())
+	}
+}

@@ -15,13 +15,14 @@ import (
 // wall the quantity runs into.
 
 var (
-	white     = color.RGBA{255, 255, 255, 255}
-	black     = color.RGBA{20, 20, 20, 255}
-	grey      = color.RGBA{120, 120, 120, 255}
-	gridGrey  = color.RGBA{225, 225, 225, 255}
-	modelBlue = color.RGBA{31, 100, 200, 255}
-	measured  = color.RGBA{230, 110, 0, 255}
-	wallRed   = color.RGBA{200, 30, 30, 255}
+	white       = color.RGBA{255, 255, 255, 255}
+	black       = color.RGBA{20, 20, 20, 255}
+	grey        = color.RGBA{120, 120, 120, 255}
+	gridGrey    = color.RGBA{225, 225, 225, 255}
+	modelBlue   = color.RGBA{31, 100, 200, 255}
+	measured    = color.RGBA{230, 110, 0, 255}
+	groupsGreen = color.RGBA{20, 150, 70, 255} // the multi-group fleet: its curve and points
+	wallRed     = color.RGBA{200, 30, 30, 255}
 )
 
 // panel is one quantity: its curve, its points and an optional wall.
@@ -29,6 +30,8 @@ type panel struct {
 	title     string
 	model     []point // the model's curve
 	sim       []point // the simulation's measurements
+	modelK    []point // the model for K groups (none if not simulated)
+	simK      []point // the simulation with K groups
 	wall      float64 // 0: none
 	wallLabel string
 }
@@ -39,6 +42,7 @@ type point struct{ x, y float64 }
 type figure struct {
 	title      string
 	subtitle   []string // lines
+	groupsK    int      // K of modelK and simK (0: none)
 	xLabel     string
 	xMin, xMax float64
 	panels     []panel
@@ -59,7 +63,7 @@ func (f figure) render(w io.Writer) error {
 	for i, line := range f.subtitle {
 		drawText(img, 30, 58+i*22, line, textScale, grey)
 	}
-	drawLegend(img, 30, 58+len(f.subtitle)*22+12)
+	drawLegend(img, 30, 58+len(f.subtitle)*22+12, f.groupsK)
 	cols, rows := 2, (len(f.panels)+1)/2
 	cellW, cellH := figW/cols, (figH-headerH)/rows
 	for i, p := range f.panels {
@@ -70,13 +74,20 @@ func (f figure) render(w io.Writer) error {
 	return png.Encode(w, img)
 }
 
-func drawLegend(img *image.RGBA, x, y int) {
+func drawLegend(img *image.RGBA, x, y, groupsK int) {
 	thickLine(img, x, y+7, x+40, y+7, 3, modelBlue)
 	drawText(img, x+50, y, "model", textScale, black)
 	x += 50 + textWidth("model") + 40
 	disc(img, x+10, y+7, 7, measured)
 	drawText(img, x+30, y, "measured (simulation)", textScale, black)
 	x += 30 + textWidth("measured (simulation)") + 40
+	if groupsK > 1 {
+		label := fmt.Sprintf("%d groups: model, measured", groupsK)
+		thickLine(img, x, y+7, x+40, y+7, 3, groupsGreen)
+		square(img, x+60, y+7, 7, groupsGreen)
+		drawText(img, x+80, y, label, textScale, black)
+		x += 80 + textWidth(label) + 40
+	}
 	dashedHLine(img, x, x+40, y+7, wallRed)
 	drawText(img, x+50, y, "wall", textScale, black)
 }
@@ -110,8 +121,15 @@ func (f figure) drawPanel(img *image.RGBA, area image.Rectangle, p panel) {
 		a, b := p.model[i-1], p.model[i]
 		thickLine(img, xs.at(a.x), ys.at(a.y), xs.at(b.x), ys.at(b.y), 3, modelBlue)
 	}
+	for i := 1; i < len(p.modelK); i++ {
+		a, b := p.modelK[i-1], p.modelK[i]
+		thickLine(img, xs.at(a.x), ys.at(a.y), xs.at(b.x), ys.at(b.y), 3, groupsGreen)
+	}
 	for _, pt := range p.sim {
 		disc(img, xs.at(pt.x), ys.at(pt.y), 7, measured)
+	}
+	for _, pt := range p.simK {
+		square(img, xs.at(pt.x), ys.at(pt.y), 7, groupsGreen)
 	}
 	strokeRect(img, area, black)
 }
@@ -119,7 +137,7 @@ func (f figure) drawPanel(img *image.RGBA, area image.Rectangle, p panel) {
 // decadeRange is the whole decades that hold every value of the panel.
 func decadeRange(p panel) (lo, hi float64) {
 	lo, hi = math.Inf(1), math.Inf(-1)
-	for _, pts := range [][]point{p.model, p.sim} {
+	for _, pts := range [][]point{p.model, p.sim, p.modelK, p.simK} {
 		for _, pt := range pts {
 			if pt.y > 0 {
 				lo, hi = math.Min(lo, pt.y), math.Max(hi, pt.y)
@@ -210,6 +228,10 @@ func disc(img *image.RGBA, cx, cy, r int, c color.Color) {
 			}
 		}
 	}
+}
+
+func square(img *image.RGBA, cx, cy, r int, c color.Color) {
+	fillRect(img, cx-r, cy-r, 2*r+1, 2*r+1, c)
 }
 
 func abs(v int) int {
