@@ -75,7 +75,7 @@ func (f figure) render(w io.Writer) error {
 }
 
 func drawLegend(img *image.RGBA, x, y, groupsK int) {
-	thickLine(img, x, y+7, x+40, y+7, 3, modelBlue)
+	thickLine(img, x, y+7, x+40, y+7, modelBlue)
 	drawText(img, x+50, y, "model", textScale, black)
 	x += 50 + textWidth("model") + 40
 	disc(img, x+10, y+7, 7, measured)
@@ -83,7 +83,7 @@ func drawLegend(img *image.RGBA, x, y, groupsK int) {
 	x += 30 + textWidth("measured (simulation)") + 40
 	if groupsK > 1 {
 		label := fmt.Sprintf("%d groups: model, measured", groupsK)
-		thickLine(img, x, y+7, x+40, y+7, 3, groupsGreen)
+		thickLine(img, x, y+7, x+40, y+7, groupsGreen)
 		square(img, x+60, y+7, 7, groupsGreen)
 		drawText(img, x+80, y, label, textScale, black)
 		x += 80 + textWidth(label) + 40
@@ -119,11 +119,11 @@ func (f figure) drawPanel(img *image.RGBA, area image.Rectangle, p panel) {
 	}
 	for i := 1; i < len(p.model); i++ {
 		a, b := p.model[i-1], p.model[i]
-		thickLine(img, xs.at(a.x), ys.at(a.y), xs.at(b.x), ys.at(b.y), 3, modelBlue)
+		thickLine(img, xs.at(a.x), ys.at(a.y), xs.at(b.x), ys.at(b.y), modelBlue)
 	}
 	for i := 1; i < len(p.modelK); i++ {
 		a, b := p.modelK[i-1], p.modelK[i]
-		thickLine(img, xs.at(a.x), ys.at(a.y), xs.at(b.x), ys.at(b.y), 3, groupsGreen)
+		thickLine(img, xs.at(a.x), ys.at(a.y), xs.at(b.x), ys.at(b.y), groupsGreen)
 	}
 	for _, pt := range p.sim {
 		disc(img, xs.at(pt.x), ys.at(pt.y), 7, measured)
@@ -210,8 +210,12 @@ func dashedHLine(img *image.RGBA, x0, x1, y int, c color.Color) {
 	}
 }
 
-// thickLine draws from (x0,y0) to (x1,y1) with a square brush of width w.
-func thickLine(img *image.RGBA, x0, y0, x1, y1, w int, c color.Color) {
+// lineWidth is the curves' brush, in pixels.
+const lineWidth = 3
+
+// thickLine draws from (x0,y0) to (x1,y1) with a square brush.
+func thickLine(img *image.RGBA, x0, y0, x1, y1 int, c color.Color) {
+	const w = lineWidth
 	steps := max(abs(x1-x0), abs(y1-y0), 1)
 	for i := 0; i <= steps; i++ {
 		x := x0 + (x1-x0)*i/steps
