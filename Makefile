@@ -73,11 +73,11 @@ bench: redis-server
 ## scale-sim: the fleet cost model (docs/scale.md) against a simulated fleet (~4 min): the model's
 ## inputs (BenchmarkCostModel, 3 runs) into bench/results/model.txt, 10, 100 and 500 in-process
 ## sidecars over 3 real masters into bench/results/scale.txt, then docs/scale/table.md and scale.png.
-## The inputs come from bench/results/latest.txt instead when `make bench` has put them there.
+## The model takes the inputs measured in the same run, next to the simulation it is checked against.
 scale-sim: redis-server
 	set -o pipefail; $(GO) test -run '^$$' -bench BenchmarkCostModel -benchtime 1s -count 3 -timeout 15m ./bench | tee bench/results/model.txt
 	set -o pipefail; $(GO) test -run '^$$' -bench BenchmarkScaleSim -benchtime 1x -count 1 -timeout 15m ./bench/scale | tee bench/results/scale.txt
-	$(GO) run ./cmd/scale-model -inputs bench/results/latest.txt,bench/results/model.txt -sim bench/results/scale.txt -png docs/scale/scale.png -table docs/scale/table.md
+	$(GO) run ./cmd/scale-model -inputs bench/results/model.txt,bench/results/latest.txt -sim bench/results/scale.txt -png docs/scale/scale.png -table docs/scale/table.md
 
 ## fuzz: each fuzz target for FUZZTIME (default 10s).
 fuzz:

@@ -6,48 +6,19 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
 	"os"
-	"regexp"
-	"slices"
-	"strconv"
-	"strings"
+
+	"github.com/sidelock/sidelock/bench/benchout"
 )
 
-// results maps "benchmark name|unit" to every value seen (one per -count).
-type results map[string][]float64
+// results are the benchmark medians the targets are computed from.
+type results benchout.Results
 
-var procSuffix = regexp.MustCompile(`-\d+$`)
-
-func parse(r io.Reader) results {
-	res := results{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
-			continue
-		}
-		name := procSuffix.ReplaceAllString(strings.TrimPrefix(f[0], "Benchmark"), "")
-		for i := 2; i+1 < len(f); i += 2 {
-			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
-				res[name+"|"+f[i+1]] = append(res[name+"|"+f[i+1]], v)
-			}
-		}
-	}
-	return res
-}
-
-// median of a benchmark's unit, and whether it was measured.
 func (r results) median(name, unit string) (float64, bool) {
-	vs := slices.Clone(r[name+"|"+unit])
-	if len(vs) == 0 {
-		return 0, false
-	}
-	slices.Sort(vs)
-	return vs[len(vs)/2], true
+	return benchout.Results(r).Median(name, unit)
 }
 
 // target is one row: a figure computed from the medians and its bound.
@@ -107,7 +78,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	write(os.Stdout, parse(bytes.NewReader(raw)))
+	res, err := benchout.Parse(bytes.NewReader(raw))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	write(os.Stdout, results(res))
 }
 
 func write(w io.Writer, r results) {

@@ -1,51 +1,26 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"math"
 	"regexp"
-	"slices"
 	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/sidelock/sidelock/bench/benchout"
 )
 
-// results maps "benchmark name|unit" to every value seen (one per -count),
-// the name without "Benchmark" and the -GOMAXPROCS suffix.
-type results map[string][]float64
+// results are the benchmark medians the model reads.
+type results benchout.Results
 
-var procSuffix = regexp.MustCompile(`-\d+$`)
-
-// parseResults reads `go test -bench` output; other lines are skipped.
 func parseResults(r io.Reader) (results, error) {
-	res := results{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
-			continue
-		}
-		name := procSuffix.ReplaceAllString(strings.TrimPrefix(f[0], "Benchmark"), "")
-		for i := 2; i+1 < len(f); i += 2 {
-			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
-				res[name+"|"+f[i+1]] = append(res[name+"|"+f[i+1]], v)
-			}
-		}
-	}
-	return res, sc.Err()
+	res, err := benchout.Parse(r)
+	return results(res), err
 }
 
-// median of a benchmark's unit over its runs, and whether it was measured.
 func (r results) median(name, unit string) (float64, bool) {
-	vs := slices.Clone(r[name+"|"+unit])
-	if len(vs) == 0 {
-		return 0, false
-	}
-	slices.Sort(vs)
-	return vs[len(vs)/2], true
+	return benchout.Results(r).Median(name, unit)
 }
 
 // has reports whether any line of a benchmark (or its sub-benchmarks)
