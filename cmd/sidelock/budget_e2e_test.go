@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sidelock/sidelock/pkg/redistest"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )
 
@@ -55,13 +56,7 @@ type budgetCounts struct{ command, subscription, subscribed int }
 
 func countSidecarConns(list string) budgetCounts {
 	var c budgetCounts
-	for line := range strings.Lines(list) {
-		fields := map[string]string{}
-		for f := range strings.FieldsSeq(line) {
-			if k, v, ok := strings.Cut(f, "="); ok {
-				fields[k] = v
-			}
-		}
+	for _, fields := range redistest.ParseClientList(list) {
 		switch fields["name"] {
 		case redisnode.DefaultClientName:
 			c.command++

@@ -315,3 +315,22 @@ func dataDir(t testing.TB, memory bool) string {
 	}
 	return t.TempDir()
 }
+
+// ParseClientList splits the reply of CLIENT LIST into one map of fields
+// (id, name, flags, sub, ...) per connection, for tests that count a
+// client's connections on a server.
+func ParseClientList(list string) []map[string]string {
+	var clients []map[string]string
+	for line := range strings.Lines(list) {
+		fields := map[string]string{}
+		for f := range strings.FieldsSeq(line) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				fields[k] = v
+			}
+		}
+		if len(fields) > 0 {
+			clients = append(clients, fields)
+		}
+	}
+	return clients
+}

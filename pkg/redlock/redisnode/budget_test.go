@@ -30,13 +30,7 @@ type connCounts struct {
 // CLIENT LIST, excluding the sampler's own.
 func clientCounts(list, name string) connCounts {
 	var c connCounts
-	for line := range strings.Lines(list) {
-		fields := map[string]string{}
-		for f := range strings.FieldsSeq(line) {
-			if k, v, ok := strings.Cut(f, "="); ok {
-				fields[k] = v
-			}
-		}
+	for _, fields := range redistest.ParseClientList(list) {
 		switch fields["name"] {
 		case name:
 			c.command++
