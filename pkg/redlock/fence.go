@@ -81,8 +81,7 @@ func (l *Locker) RaiseFence(ctx context.Context, key, value string, fence int64)
 	if !l.fencing {
 		return nil
 	}
-	start := l.now()
-	_, err := l.commitFence(ctx, key, value, fence, start, 0)
+	_, err := l.commitFence(ctx, key, value, fence, time.Time{}, 0)
 	return err
 }
 
@@ -109,7 +108,8 @@ func (l *Locker) acquireFenced(ctx context.Context, key, value string, ttl time.
 }
 
 // commitFence runs the commit round. With ttl 0 only the majority is
-// judged (RaiseFence on a grant whose validity the caller already has).
+// judged and start is unused (RaiseFence on a grant whose validity the
+// caller already has).
 func (l *Locker) commitFence(ctx context.Context, key, value string, fence int64, start time.Time, ttl time.Duration) (Grant, error) {
 	fenceKey := FenceKey(key)
 	commits := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
