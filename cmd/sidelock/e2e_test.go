@@ -69,17 +69,52 @@ func startSidecar(t *testing.T, masters []*redistest.Server, env ...string) *sid
 }
 
 // startSidecarAt runs a sidecar over masters at addrs (for TLS ports that
-// redistest does not know about) and waits until it serves /healthz.
+// redistest does not know about) and waits until it serves /healthz. A
+// port freeAddr found free can be taken (by a redis-server of another test
+// package) before the sidecar binds it; then it starts again on new ports.
 func startSidecarAt(t *testing.T, addrs []string, env ...string) *sidecar {
+	t.Helper()
+	const attempts = 5
+	for attempt := 1; ; attempt++ {
+		s, exited := launchSidecar(t, addrs, env)
+		if !exited {
+			return s
+		}
+		if attempt == attempts || !strings.Contains(s.logText(), "address already in use") {
+			t.Fatalf("sidecar exited at start:\n%s", s.logText())
+		}
+		t.Logf("a listener's port was taken before the sidecar bound it; new ports")
+	}
+}
+
+// launchSidecar starts one sidecar process and waits until it serves
+// /healthz or exits.
+func launchSidecar(t *testing.T, addrs []string, env []string) (s *sidecar, exited bool) {
 	t.Helper()
 	apiAddr, adminAddr := freeAddr(t), freeAddr(t)
 	cmd := sidecarCommand(addrs, apiAddr, adminAddr, env)
-	s := &sidecar{cmd: cmd, api: "http://" + apiAddr, admin: "http://" + adminAddr, exit: make(chan error, 1), log: &strings.Builder{}}
+	s = &sidecar{cmd: cmd, api: "http://" + apiAddr, admin: "http://" + adminAddr, exit: make(chan error, 1), log: &strings.Builder{}}
 	cmd.Stdout, cmd.Stderr = io.Discard, &syncWriter{b: s.log}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { s.exit <- cmd.Wait() }()
+	exit := make(chan error, 1)
+	go func() { exit <- cmd.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.servesHealthz() {
+		select {
+		case err := <-exit:
+			s.exit <- err
+			return s, true
+		default:
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("sidecar does not serve /healthz within 10s:\n%s", s.logText())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	go func() { s.exit <- <-exit }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-s.exit
@@ -87,14 +122,19 @@ func startSidecarAt(t *testing.T, addrs []string, env ...string) *sidecar {
 			t.Logf("sidecar log:\n%s", s.logText())
 		}
 	})
-	eventually(t, 10*time.Second, "sidecar serves /healthz", func() bool {
-		res, err := http.Get(s.admin + "/healthz")
-		if err == nil {
-			res.Body.Close()
-		}
-		return err == nil && res.StatusCode == 200
-	})
-	return s
+	return s, false
+}
+
+// probeClient gives up on a port that accepts and never answers (another
+// program may have taken it).
+var probeClient = &http.Client{Timeout: time.Second}
+
+func (s *sidecar) servesHealthz() bool {
+	res, err := probeClient.Get(s.admin + "/healthz")
+	if err == nil {
+		res.Body.Close()
+	}
+	return err == nil && res.StatusCode == 200
 }
 
 // sidecarCommand runs the sidecar over the masters at addrs; env comes

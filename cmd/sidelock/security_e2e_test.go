@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -133,13 +132,10 @@ func TestE2ERedisTLSWithClientCertificates(t *testing.T) {
 	pki := newTestPKI(t)
 	tlsAddrs := make([]string, 3)
 	for i := range tlsAddrs {
-		port := freePort(t)
-		redistest.Start(t, redistest.WithAppendOnly(), redistest.WithArgs(
-			"--tls-port", strconv.Itoa(port),
-			"--tls-cert-file", pki.serverCert, "--tls-key-file", pki.serverKey,
-			"--tls-ca-cert-file", pki.caFile, "--tls-auth-clients", "yes",
-			"--requirepass", aclPassword))
-		tlsAddrs[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		m := redistest.Start(t, redistest.WithAppendOnly(),
+			redistest.WithTLS(pki.serverCert, pki.serverKey, pki.caFile, true),
+			redistest.WithArgs("--requirepass", aclPassword))
+		tlsAddrs[i] = m.TLSAddr()
 	}
 	good := []string{
 		"SIDELOCK_REDIS_TLS=true", "SIDELOCK_REDIS_TLS_CA_FILE=" + pki.caFile,
@@ -214,13 +210,6 @@ func addrsOf(masters []*redistest.Server) []string {
 		addrs[i] = m.Addr()
 	}
 	return addrs
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	_, port, _ := net.SplitHostPort(freeAddr(t))
-	p, _ := strconv.Atoi(port)
-	return p
 }
 
 // testPKI is a CA, a server and a client certificate it signed, and

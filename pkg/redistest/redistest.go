@@ -48,6 +48,9 @@ type config struct {
 	// an fsync per write on a slow virtual disk can outlast the lock
 	// algorithm's 50ms node timeout and turn a test into a timing lottery.
 	memoryDir bool
+	// tlsArgs, when set, opens a TLS port next to the plain one; Start
+	// picks it with the plain port, so a taken one is retried as well.
+	tlsArgs []string
 }
 
 // WithAppendOnly turns on the append-only file with an fsync per write, so
@@ -65,12 +68,28 @@ func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
 }
 
+// WithTLS opens a TLS port (see TLSAddr) serving certFile/keyFile and
+// trusting client certificates signed by caFile; requireClientCert is
+// redis-server's --tls-auth-clients. The plain port stays open.
+func WithTLS(certFile, keyFile, caFile string, requireClientCert bool) Option {
+	auth := "no"
+	if requireClientCert {
+		auth = "yes"
+	}
+	return func(c *config) {
+		c.tlsArgs = []string{"--tls-cert-file", certFile, "--tls-key-file", keyFile,
+			"--tls-ca-cert-file", caFile, "--tls-auth-clients", auth}
+	}
+}
+
 // Server is one running (or deliberately killed or frozen) redis-server.
 type Server struct {
-	binary string
-	port   int
-	dir    string
-	args   []string
+	binary  string
+	port    int
+	tlsPort int // 0 without WithTLS
+	dir     string
+	args    []string
+	tlsArgs []string
 
 	mu   sync.Mutex
 	proc *process
@@ -96,7 +115,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, opt := range opts {
 		opt(&cfg)
 	}
-	s := &Server{binary: binary, dir: dataDir(t, cfg.memoryDir), args: cfg.args}
+	s := &Server{binary: binary, dir: dataDir(t, cfg.memoryDir), args: cfg.args, tlsArgs: cfg.tlsArgs}
 	t.Cleanup(func() {
 		s.Kill()
 		if t.Failed() {
@@ -106,8 +125,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 
 	var err error
 	for range startAttempts {
-		s.port, err = freePort()
-		if err != nil {
+		if s.port, s.tlsPort, err = s.freePorts(); err != nil {
 			continue
 		}
 		if err = s.launch(); err == nil {
@@ -131,6 +149,23 @@ func StartN(t testing.TB, n int, opts ...Option) []*Server {
 // Addr is the server's "127.0.0.1:port"; it stays the same across Restart.
 func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// TLSAddr is the TLS port's "127.0.0.1:port"; empty without WithTLS.
+func (s *Server) TLSAddr() string {
+	if s.tlsPort == 0 {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tlsPort))
+}
+
+// freePorts picks the plain port and, with WithTLS, the TLS port.
+func (s *Server) freePorts() (plain, tls int, err error) {
+	if plain, err = freePort(); err != nil || s.tlsArgs == nil {
+		return plain, 0, err
+	}
+	tls, err = freePort()
+	return plain, tls, err
 }
 
 // Pid is the current process id, or 0 before the first successful start.
@@ -223,6 +258,9 @@ func (s *Server) commandLine() []string {
 		"--dir", s.dir,
 		"--protected-mode", "no",
 		"--logfile", s.logPath(),
+	}
+	if s.tlsPort != 0 {
+		args = append(append(args, "--tls-port", strconv.Itoa(s.tlsPort)), s.tlsArgs...)
 	}
 	return append(args, s.args...)
 }

@@ -200,14 +200,15 @@ func (m *master) answers() bool {
 // sidecarProc is one sidelock process; restarts keep its addresses, so
 // its clients reconnect to the same place.
 type sidecarProc struct {
-	t       *testing.T
-	idx     int
-	api     string // http://127.0.0.1:port
-	admin   string
-	apiAddr string
-	logPath string
-	proxies []*proxy
-	env     []string
+	t         *testing.T
+	idx       int
+	api       string // http://127.0.0.1:port
+	admin     string
+	apiAddr   string // set by the first start
+	adminAddr string
+	logPath   string
+	proxies   []*proxy
+	env       []string
 
 	cmd  *exec.Cmd
 	exit chan struct{}
@@ -226,13 +227,8 @@ func (c *cluster) newSidecar(idx int) *sidecarProc {
 		s.proxies = append(s.proxies, p)
 		addrs[i] = p.addr()
 	}
-	s.apiAddr, s.api = freeAddr(t), ""
-	s.api = "http://" + s.apiAddr
-	adminAddr := freeAddr(t)
-	s.admin = "http://" + adminAddr
 	s.env = append(os.Environ(),
 		"SIDELOCK_REDIS_ADDRS="+strings.Join(addrs, ","),
-		"SIDELOCK_LISTEN_ADDR="+s.apiAddr, "SIDELOCK_ADMIN_ADDR="+adminAddr,
 		"SIDELOCK_KEY_TTL="+keyTTL.String(), "SIDELOCK_NODE_TIMEOUT="+nodeTimeout.String(),
 		"SIDELOCK_HEALTH_INTERVAL="+healthInterval.String(), "SIDELOCK_KEY_PREFIX="+keyPrefix,
 		"SIDELOCK_LOG_FORMAT=json", "SIDELOCK_LOG_LEVEL=info", "SIDELOCK_SHUTDOWN_TIMEOUT=2s",
@@ -251,20 +247,49 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// start runs the process and waits until it serves /healthz (a restart may
-// have to wait for the old listener's port).
+// portAttempts bounds the first start's retries: a port freeAddr found
+// free can be taken (by a redis-server of another test package) before the
+// sidecar binds it.
+const portAttempts = 5
+
+// start runs the process and waits until it serves /healthz. The first
+// start picks the listeners' addresses, again if one was taken meanwhile;
+// restarts keep them, so clients reconnect to the same place.
 func (s *sidecarProc) start() {
 	s.t.Helper()
+	if s.apiAddr != "" {
+		if err := s.launch(); err != nil {
+			s.t.Fatalf("sidecar %d: %v:\n%s", s.idx, err, s.logTail())
+		}
+		return
+	}
+	for attempt := 1; ; attempt++ {
+		s.apiAddr, s.adminAddr = freeAddr(s.t), freeAddr(s.t)
+		s.api, s.admin = "http://"+s.apiAddr, "http://"+s.adminAddr
+		_ = os.Remove(s.logPath) // judge this attempt by its own log
+		err := s.launch()
+		if err == nil {
+			return
+		}
+		if attempt == portAttempts || !strings.Contains(s.logTail(), "address already in use") {
+			s.t.Fatalf("sidecar %d: %v:\n%s", s.idx, err, s.logTail())
+		}
+		s.t.Logf("sidecar %d: a listener's port was taken before it bound it; new ports", s.idx)
+	}
+}
+
+func (s *sidecarProc) launch() error {
 	logFile, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		s.t.Fatal(err)
+		return err
 	}
 	cmd := exec.Command(sidelockBinary)
-	cmd.Env = s.env
+	cmd.Env = append(s.env[:len(s.env):len(s.env)], "SIDELOCK_LISTEN_ADDR="+s.apiAddr, "SIDELOCK_ADMIN_ADDR="+s.adminAddr)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		s.t.Fatal(err)
+		logFile.Close()
+		return err
 	}
 	exit := make(chan struct{})
 	go func() { _ = cmd.Wait(); logFile.Close(); close(exit) }()
@@ -273,14 +298,15 @@ func (s *sidecarProc) start() {
 	for !s.healthy() {
 		select {
 		case <-exit:
-			s.t.Fatalf("sidecar %d exited at start:\n%s", s.idx, s.logTail())
+			return fmt.Errorf("exited at start")
 		default:
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("sidecar %d does not serve /healthz:\n%s", s.idx, s.logTail())
+			return fmt.Errorf("does not serve /healthz")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return nil
 }
 
 func (s *sidecarProc) running() bool {

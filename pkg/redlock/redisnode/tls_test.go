@@ -14,7 +14,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -27,16 +26,9 @@ import (
 // DialTimeout.
 func TestTLS(t *testing.T) {
 	certFile, keyFile, roots := selfSignedCert(t)
-	tlsPort := freePort(t)
-	srv := redistest.Start(t, redistest.WithArgs(
-		"--tls-port", strconv.Itoa(tlsPort),
-		"--tls-cert-file", certFile,
-		"--tls-key-file", keyFile,
-		"--tls-ca-cert-file", certFile,
-		"--tls-auth-clients", "no",
-	))
+	srv := redistest.Start(t, redistest.WithTLS(certFile, keyFile, certFile, false))
 	opts := redisnode.Options{
-		Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort)),
+		Addr: srv.TLSAddr(),
 		TLS:  &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 	}
 
@@ -52,16 +44,6 @@ func TestTLS(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want errors.Is(err, context.DeadlineExceeded)", err)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // selfSignedCert writes a certificate for 127.0.0.1 and its key to a temp
