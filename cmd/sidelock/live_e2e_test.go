@@ -234,10 +234,13 @@ func TestE2EExecExitCodes(t *testing.T) {
 func TestE2EExecStopsTheCommandWhenTheLockIsLost(t *testing.T) {
 	masters := durableMasters(t, 3)
 	a := startSidecar(t, masters, "SIDELOCK_KEY_TTL=1s")
-	c, out := runExecChild(t, a.api, "--grace", "1s", "fragile", "--", "sleep", "30")
-	eventually(t, 5*time.Second, "exec holds the lock", func() bool {
-		_, body := a.do(t, "GET", "/locks/fragile", "")
-		return body["held"] == true
+	// The command runs only once the acquisition has returned: a lock that
+	// merely shows as held may still be committing its fence.
+	started := filepath.Join(t.TempDir(), "started")
+	c, out := runExecChild(t, a.api, "--grace", "1s", "fragile", "--", "sh", "-c", "touch "+started+" && exec sleep 30")
+	eventually(t, 5*time.Second, "exec runs the command", func() bool {
+		_, err := os.Stat(started)
+		return err == nil
 	})
 	masters[0].Kill()
 	masters[1].Kill()
