@@ -44,6 +44,8 @@ func TestConfigValidation(t *testing.T) {
 		"key ttl below one second":  func(c *config) { c.KeyTTL = 500 * time.Millisecond },
 		"non-positive shutdown":     func(c *config) { c.ShutdownTimeout = 0 },
 		"health interval too short": func(c *config) { c.HealthInterval = time.Millisecond },
+		"negative info max age":     func(c *config) { c.HealthInfoMaxAge = -time.Second },
+		"info max age above 1h":     func(c *config) { c.HealthInfoMaxAge = 2 * time.Hour },
 		"fence retention below ttl": func(c *config) { c.FenceRetention = time.Minute },
 		"negative max hold":         func(c *config) { c.MaxHold = -time.Second },
 		"restart guard below ttl":   func(c *config) { c.RestartGuard = 5 * time.Second },

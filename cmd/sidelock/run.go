@@ -94,7 +94,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 		return err
 	}
 	checker, err := health.New(nodes, groups[0].locker.Quorum(), health.Config{
-		Interval: cfg.HealthInterval, Timeout: cfg.NodeTimeout, OnChange: logHealthChange(log),
+		Interval: cfg.HealthInterval, InfoMaxAge: cfg.HealthInfoMaxAge, Timeout: cfg.NodeTimeout, OnChange: logHealthChange(log),
 		RestartGuard: cfg.restartGuard(), MastersPersistent: cfg.MastersPersistent, Fencing: cfg.Fencing,
 		SetEligible: setEligible(groups), Logger: log,
 		Groups: healthGroups(groups), ReadyPolicy: health.ReadyPolicy(cfg.ReadyPolicy),

@@ -18,7 +18,12 @@ import (
 //     master's uptime, and between two rounds from a new run id or a lower
 //     uptime, even when no round saw it down. A master that missed a round
 //     is kept out until a round reads its server info again, so it cannot
-//     come back empty unnoticed.
+//     come back empty unnoticed. With Config.InfoMaxAge, rounds only ping
+//     while no new connection to the master was opened since its info was
+//     read: a restarted server has broken every connection, so the round
+//     that first reaches it again, on a new one, reads the info. Behind a
+//     proxy that keeps client connections across a server restart, a
+//     restart is noticed only when the info is re-read (within InfoMaxAge).
 //   - Durability. A master that may lose acknowledged writes (no
 //     appendonly with appendfsync always, or settings unreadable) is warned
 //     about once, as fence counters live on the masters.
@@ -52,8 +57,10 @@ func newGuards(n int) guards {
 }
 
 type memory struct {
-	last       *redlock.ServerInfo // the last server info read
-	unverified bool                // missed a round (or none yet) since it was last read
+	last         *redlock.ServerInfo // the last server info read
+	infoAt       time.Time           // when it arrived
+	openedAtInfo uint64              // connections opened before it was read
+	unverified   bool                // missed a round (or none yet) since it was last read
 
 	probationUntil time.Time
 	probationWhy   string
@@ -87,24 +94,26 @@ func (c *Checker) learn(i int, o observation, now time.Time) {
 	switch {
 	case !o.state.Up:
 		m.unverified = true
+	case o.current: // pinged; the last info still holds
 	case o.info != nil:
-		c.readInfo(i, *o.info, o.infoAt)
+		m.openedAtInfo = o.opened
+		c.learnInfo(i, *o.info, o.infoAt)
 	default:
 		c.noInfo(i, o, now)
 	}
 }
 
-// readInfo detects a restart and sets the probation from the uptime: the
+// learnInfo detects a restart and sets the probation from the uptime: the
 // server started at infoAt - Uptime at the latest, so it has been up for
 // RestartGuard at infoAt + RestartGuard - Uptime.
-func (c *Checker) readInfo(i int, info redlock.ServerInfo, infoAt time.Time) {
+func (c *Checker) learnInfo(i int, info redlock.ServerInfo, infoAt time.Time) {
 	m := &c.guards.nodes[i]
 	if m.last != nil && (info.RunID != m.last.RunID || info.Uptime < m.last.Uptime) {
 		m.restarted = true
 		c.cfg.Logger.Warn("master restarted", "master", c.nodes[i].Addr(), "uptime", info.Uptime,
 			"run_id", short(info.RunID), "previous_run_id", short(m.last.RunID))
 	}
-	m.last, m.unverified = &info, false
+	m.last, m.infoAt, m.unverified = &info, infoAt, false
 	m.probationUntil = time.Time{}
 	if c.restartProbation(&info) && info.Uptime < c.cfg.RestartGuard {
 		m.probationUntil = infoAt.Add(c.cfg.RestartGuard - info.Uptime)
@@ -227,7 +236,7 @@ func (c *Checker) state(i int, s NodeState, now time.Time) NodeState {
 		s.ProbationRemaining = Duration(m.probationUntil.Sub(now))
 	}
 	if m.last != nil {
-		s.RunID, s.Role, s.Uptime = m.last.RunID, m.last.Role, Duration(m.last.Uptime)
+		s.RunID, s.Role, s.Uptime = m.last.RunID, m.last.Role, Duration(m.last.Uptime+now.Sub(m.infoAt))
 		if m.last.PersistenceKnown {
 			durable := m.last.Durable()
 			s.Durable = &durable

@@ -146,6 +146,16 @@ type Config struct {
 	// Logger receives the guards' findings (default: discarded).
 	Logger *slog.Logger
 
+	// InfoMaxAge is how long a master's server info is trusted while no
+	// new connection to it was opened (redlock.ConnectionCounter): rounds
+	// within it only ping, a fraction of the cost of reading the info,
+	// which matters when thousands of sidecars check the same masters. A
+	// restart breaks every connection, so the round after one reads the
+	// info again whatever its age; so does the round after a master was
+	// down. 0 reads it every round. Nodes that do not count connections
+	// have it read every round.
+	InfoMaxAge time.Duration
+
 	// Groups splits the masters into quorum groups (nil: one group of all
 	// of them, with the quorum given to New), and ReadyPolicy says which
 	// groups must have a quorum for the Report to be ready (default all).
@@ -176,6 +186,9 @@ func New(nodes []redlock.Node, quorum int, cfg Config) (*Checker, error) {
 	}
 	if cfg.RestartGuard < 0 {
 		return nil, errors.New("health: the restart guard must not be negative")
+	}
+	if cfg.InfoMaxAge < 0 {
+		return nil, errors.New("health: the server info's maximum age must not be negative")
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
@@ -218,15 +231,19 @@ func (c *Checker) Run(ctx context.Context) {
 	}
 }
 
-// Check runs one round: it pings every master and reads its server info,
-// in parallel, applies the guards, tells SetEligible and records the result.
+// Check runs one round: it reads every master's server info (or, while
+// the last one is current, pings it), in parallel, applies the guards,
+// tells SetEligible and records the result.
 func (c *Checker) Check(ctx context.Context) Report {
 	c.round.Lock()
 	defer c.round.Unlock()
 	obs := make([]observation, len(c.nodes))
+	now := c.cfg.Now()
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
-		wg.Go(func() { obs[i] = c.observe(ctx, n) })
+		current, known := c.infoCurrent(i, now)
+		returning := c.guards.nodes[i].unverified
+		wg.Go(func() { obs[i] = c.observe(ctx, n, current, known, returning) })
 	}
 	wg.Wait()
 	states, events := c.judge(obs)
@@ -247,28 +264,70 @@ func (c *Checker) Check(ctx context.Context) Report {
 
 // observation is what one round saw of one master.
 type observation struct {
-	state  NodeState
-	reader bool                // the node can describe its server
-	info   *redlock.ServerInfo // nil when not read
-	infoAt time.Time           // when info arrived
-	err    error               // why info was not read, for a reader that is up
+	state   NodeState
+	reader  bool                // the node can describe its server
+	info    *redlock.ServerInfo // nil when not read
+	infoAt  time.Time           // when info arrived
+	opened  uint64              // connections opened before info was read
+	current bool                // info not read: the last one still holds
+	err     error               // why info was not read, for a reader that is up
+}
+
+// infoCurrent reports whether master i's last server info still holds,
+// so this round may only ping it, and the connection count it was read at.
+func (c *Checker) infoCurrent(i int, now time.Time) (current bool, opened uint64) {
+	m := &c.guards.nodes[i]
+	counter, ok := c.nodes[i].(redlock.ConnectionCounter)
+	if !ok || c.cfg.InfoMaxAge == 0 || m.last == nil || m.unverified || now.Sub(m.infoAt) >= c.cfg.InfoMaxAge {
+		return false, 0
+	}
+	return counter.ConnectionsOpened() == m.openedAtInfo, m.openedAtInfo
 }
 
 // observe reads n's server info, which also shows that it answers: one
-// round trip per master per round, which matters when thousands of
-// sidecars check the same masters. A node that cannot describe its
-// server, or whose info read fails, is pinged instead, so a master that
-// refuses INFO (an ACL) still counts as up.
-func (c *Checker) observe(ctx context.Context, n redlock.Node) observation {
+// round trip per master per round. While the last info is current it
+// pings instead, and reads the info only if the ping had to open a
+// connection. A node that cannot describe its server, or whose info read
+// fails, is pinged instead, so a master that refuses INFO (an ACL) still
+// counts as up.
+//
+// A returning master (down, or not yet seen, last round) is also pinged
+// after a successful info read: the two go through different connection
+// pools (a pipeline and a plain command, as lock calls do), and go-redis
+// fails a pool's calls fast for up to a second after a failed dial, each
+// pool on its own. Only when both answer do lock calls reach the master,
+// so only then is it up (TestE2EQuorumLossAndRecovery).
+func (c *Checker) observe(ctx context.Context, n redlock.Node, current bool, openedAtInfo uint64, returning bool) observation {
 	reader, ok := n.(redlock.ServerInfoReader)
 	if !ok {
 		return observation{state: c.ping(ctx, n)}
 	}
+	if current {
+		state := c.ping(ctx, n)
+		if !state.Up || n.(redlock.ConnectionCounter).ConnectionsOpened() == openedAtInfo {
+			return observation{state: state, reader: true, current: state.Up}
+		}
+	}
+	o := c.readInfo(ctx, n, reader)
+	if returning && o.info != nil {
+		if ping := c.ping(ctx, n); !ping.Up {
+			return observation{state: ping, reader: true}
+		}
+	}
+	return o
+}
+
+// readInfo observes n by reading its server info.
+func (c *Checker) readInfo(ctx context.Context, n redlock.Node, reader redlock.ServerInfoReader) observation {
 	infoCtx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
+	var opened uint64
+	if counter, ok := n.(redlock.ConnectionCounter); ok {
+		opened = counter.ConnectionsOpened() // before: a reconnect during the read forces the next
+	}
 	start := c.cfg.Now()
 	info, err := reader.ServerInfo(infoCtx)
-	o := observation{reader: true, infoAt: c.cfg.Now()}
+	o := observation{reader: true, infoAt: c.cfg.Now(), opened: opened}
 	if err == nil {
 		o.state = NodeState{Addr: n.Addr(), Up: true, Latency: o.infoAt.Sub(start), CheckedAt: o.infoAt.UTC()}
 		o.info = &info

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sidelock/sidelock/pkg/health"
 	"github.com/sidelock/sidelock/pkg/redistest"
 	"github.com/sidelock/sidelock/pkg/redlock"
@@ -70,5 +72,48 @@ func TestRealMasterRestartIsKeptOutForTheGuard(t *testing.T) {
 	}
 	if r := c.Report(); r.GuardEvents.RestartProbation != before+1 || !quorum.Get(0) {
 		t.Fatalf("after the probation: %+v", r)
+	}
+}
+
+// With a long InfoMaxAge, rounds over real masters only ping; a master
+// killed and restarted empty breaks the connection, so the next round
+// that reaches it reads its info, and it is never counted in between.
+func TestRealMasterRestartIsCaughtWhileRoundsOnlyPing(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c, err := health.New(redisMasters(t, servers), 2, health.Config{RestartGuard: time.Second, Timeout: time.Second, InfoMaxAge: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkUntil(t, c, 5*time.Second, "fresh masters eligible", func(r health.Report) bool { return eligible(r) == "EEE" })
+	admin := redis.NewClient(&redis.Options{Addr: servers[0].Addr()})
+	defer admin.Close()
+	if err := admin.ConfigResetStat(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		c.Check(context.Background())
+	}
+	stats, err := admin.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, pings := redistest.CommandCalls(stats, "info"), redistest.CommandCalls(stats, "ping")
+	if infos != 0 || pings != 5 { // Redis counts this INFO only once it has run
+		t.Fatalf("5 rounds sent %d INFO and %d PING, want 0 and 5", infos, pings)
+	}
+
+	servers[0].Restart(t)
+	for round := 1; ; round++ {
+		r := c.Check(context.Background())
+		if r.Nodes[0].Eligible {
+			t.Fatalf("round %d after the restart counts the restarted master: %+v", round, r.Nodes[0])
+		}
+		if strings.Contains(r.Nodes[0].Problem, "restart probation") {
+			t.Logf("restart caught by round %d: %s", round, r.Nodes[0].Problem)
+			break
+		}
+		if round == 3 {
+			t.Fatalf("restart not caught in 3 rounds: %+v", r.Nodes[0])
+		}
 	}
 }

@@ -372,3 +372,16 @@ func ParseClientList(list string) []map[string]string {
 	}
 	return clients
 }
+
+// CommandCalls reads how often a command ran ("ping", "client|setname")
+// from the reply of INFO commandstats; 0 when it never ran.
+func CommandCalls(commandstats, command string) int {
+	for line := range strings.Lines(commandstats) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls=")
+		if ok {
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			return n
+		}
+	}
+	return 0
+}

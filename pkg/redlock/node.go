@@ -87,6 +87,15 @@ type ServerInfoReader interface {
 	ServerInfo(ctx context.Context) (ServerInfo, error)
 }
 
+// ConnectionCounter is implemented by nodes that count the connections
+// they have opened. A server that restarts breaks every connection to it,
+// so while the count stands still no restart happened behind a direct
+// connection: the health checker then trusts the server info it last read
+// and only pings.
+type ConnectionCounter interface {
+	ConnectionsOpened() uint64
+}
+
 // Fencer is implemented by nodes that keep fence counters; both shipped
 // nodes do, and a Locker with fencing on requires it of every node. A
 // node keeps one counter per lock, at a fence key of its own.

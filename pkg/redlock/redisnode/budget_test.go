@@ -98,7 +98,7 @@ func TestClientNameIsSetOncePerConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if setname := commandCalls(stats, "client|setname"); setname > 5 {
+	if setname := redistest.CommandCalls(stats, "client|setname"); setname > 5 {
 		t.Errorf("CLIENT SETNAME ran %d times for 5 connections and 100 calls:\n%s", setname, stats)
 	}
 }
@@ -117,18 +117,6 @@ func TestClientNameRefusedByTheServerIsNoFailure(t *testing.T) {
 	f := &flag{}
 	defer n.WatchReleases("w", f.notify)()
 	releaseUntilNotified(t, n, "w", f, 5*time.Second)
-}
-
-// commandCalls reads calls=N of one command from INFO commandstats.
-func commandCalls(info, command string) int {
-	for line := range strings.Lines(info) {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls=")
-		if ok {
-			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-			return n
-		}
-	}
-	return 0
 }
 
 // 200 concurrent callers of every kind of call, with release watchers

@@ -27,6 +27,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,7 +36,10 @@ import (
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
-var _ redlock.Node = (*Node)(nil)
+var (
+	_ redlock.Node              = (*Node)(nil)
+	_ redlock.ConnectionCounter = (*Node)(nil)
+)
 
 var (
 	//go:embed acquire.lua
@@ -125,6 +129,10 @@ type Node struct {
 	subscriber *redis.Client
 	pipe       *pipeliner // every scripted call goes through it
 	releases   releases   // see WatchReleases
+	// opened counts the command connections dialled (see
+	// redlock.ConnectionCounter); the subscription's do not count, as
+	// the health checker never uses it.
+	opened *atomic.Uint64
 }
 
 // New returns a Node for the master at opts.Addr. It does not connect: the
@@ -137,12 +145,16 @@ func New(opts Options) *Node {
 	opts.MaxConns = max(opts.MaxConns, DefaultMaxConns)
 	pipelines := opts.MaxConns - 1 // the other one is the regular pool's
 
-	client := redis.NewClient(clientOptions(opts, opts.ClientName, pipelines))
+	opened := new(atomic.Uint64)
+	commandOpts := clientOptions(opts, opts.ClientName, pipelines)
+	commandOpts.OnConnect = counted(commandOpts.OnConnect, opened)
+	client := redis.NewClient(commandOpts)
 	n := &Node{
 		addr:       opts.Addr,
 		client:     client,
 		subscriber: redis.NewClient(clientOptions(opts, opts.ClientName+SubscriptionSuffix, pipelines)),
 		pipe:       newPipeliner(client, pipelines),
+		opened:     opened,
 	}
 	n.pipe.setOnQueueWait(opts.OnQueueWait)
 	n.releases.idle = cmp.Or(opts.SubscriptionIdle, DefaultSubscriptionIdle)
@@ -227,6 +239,20 @@ func nameConnection(name string) func(context.Context, *redis.Conn) error {
 		return err
 	}
 }
+
+// counted counts every connection that reaches onConnect, before it runs:
+// a connection that then fails still counts, which errs towards reading
+// the server info again.
+func counted(onConnect func(context.Context, *redis.Conn) error, n *atomic.Uint64) func(context.Context, *redis.Conn) error {
+	return func(ctx context.Context, cn *redis.Conn) error {
+		n.Add(1)
+		return onConnect(ctx, cn)
+	}
+}
+
+// ConnectionsOpened implements redlock.ConnectionCounter: the command
+// connections dialled so far.
+func (n *Node) ConnectionsOpened() uint64 { return n.opened.Load() }
 
 // Addr returns the master's address as given in Options.
 func (n *Node) Addr() string { return n.addr }
