@@ -52,8 +52,10 @@ func BenchmarkCostModel(b *testing.B) {
 	b.Run("health-round/ping-only", func(b *testing.B) { costOfHealthRounds(b, true) })
 	b.Run("health-round/full", func(b *testing.B) { costOfHealthRounds(b, false) })
 	b.Run(fmt.Sprintf("background/sidecars=%d/health=none", backgroundSidecars), costOfTicks)
-	b.Run(fmt.Sprintf("background/sidecars=%d/health=1s", backgroundSidecars), func(b *testing.B) { costOfHealth(b, time.Second) })
-	b.Run(fmt.Sprintf("background/sidecars=%d/health=50ms", backgroundSidecars), func(b *testing.B) { costOfHealth(b, 50*time.Millisecond) })
+	for _, interval := range []time.Duration{time.Second, 50 * time.Millisecond} {
+		b.Run(fmt.Sprintf("background/sidecars=%d/health=%v/rounds=info", backgroundSidecars, interval), func(b *testing.B) { costOfHealth(b, interval, -1) })
+		b.Run(fmt.Sprintf("background/sidecars=%d/health=%v/rounds=ping", backgroundSidecars, interval), func(b *testing.B) { costOfHealth(b, interval, time.Hour) })
+	}
 	b.Run("connections", costOfConnections)
 	b.Run(fmt.Sprintf("memory/conns=%d", memoryConns), costOfConnectionMemory)
 	b.Run(fmt.Sprintf("memory/locks=%d", memoryLocks), costOfHeldLockMemory)
@@ -410,7 +412,7 @@ func costOfTicks(b *testing.B) {
 	windows := 0
 	for b.Loop() {
 		alone.add(ms.measure(b, func() { time.Sleep(backgroundWindow) }))
-		sidecars := startSidecars(b, ms.addrs, backgroundSidecars, -1)
+		sidecars := startSidecars(b, ms.addrs, backgroundSidecars, -1, 0)
 		ticks.add(ms.measure(b, func() { time.Sleep(backgroundWindow) }))
 		closeSidecars(b, sidecars)
 		windows++
@@ -429,14 +431,15 @@ const warmCycles = 5
 // over the interval. At 1 s it is the pods' own regime: the sidecar's CPU
 // and memory, and connections per master. At 50 ms the masters see as many
 // rounds per second as 1000 pods send: their cost per round at fleet scale.
-// Rounds are counted by the masters: each reads the server info, whose
-// pipeline holds two CONFIG GETs that nothing else sends.
-func costOfHealth(b *testing.B, interval time.Duration) {
+// infoMaxAge is SIDELOCK_HEALTH_INFO_MAX_AGE: negative, every round reads
+// the server info (rounds=info); an hour, every measured round only pings
+// (rounds=ping). The shipped setting mixes the two, which the model does.
+func costOfHealth(b *testing.B, interval, infoMaxAge time.Duration) {
 	ms := startMeteredMasters(b, 3)
 	alone := ms.measure(b, func() { time.Sleep(time.Second) })
 	heap0, rss0 := scale.LiveHeap(), settledRSS(b)
 	clients0 := ms.clients(b)
-	sidecars := startSidecars(b, ms.addrs, backgroundSidecars, interval)
+	sidecars := startSidecars(b, ms.addrs, backgroundSidecars, interval, infoMaxAge)
 	defer closeSidecars(b, sidecars)
 	callers := make([]*scale.Client, len(sidecars))
 	for i, s := range sidecars {
@@ -469,24 +472,31 @@ func costOfHealth(b *testing.B, interval time.Duration) {
 	b.ReportMetric(float64(rss1-rss0)/backgroundSidecars, "sidecar-rss-bytes/sidecar")
 }
 
-// healthRounds is how many server-info reads the masters served, summed:
-// one per health round per master (INFO server, INFO replication and two
-// CONFIG GETs in one pipeline).
+// healthRounds is how many health rounds the masters served, summed: a
+// round is a server-info read (INFO server, INFO replication and two
+// CONFIG GETs in one pipeline; nothing else sends CONFIG GET) or a PING
+// (which the lock path never sends).
 func (ms *meteredMasters) healthRounds(b *testing.B) int64 {
 	return ms.sum(b, func(m *scale.Master) (int64, error) {
-		n, err := m.CommandCalls(context.Background(), "config|get")
-		return n / 2, err
+		infos, err := m.CommandCalls(context.Background(), "config|get")
+		if err != nil {
+			return 0, err
+		}
+		pings, err := m.CommandCalls(context.Background(), "ping")
+		return infos/2 + pings, err
 	})
 }
 
 // startSidecars starts n full sidecars with health rounds every interval
 // (negative: none), their first rounds spread over one interval as pods
-// started at different moments check at different moments.
-func startSidecars(b *testing.B, addrs []string, n int, interval time.Duration) []*scale.Sidecar {
+// started at different moments check at different moments; infoMaxAge as
+// scale.SidecarConfig's HealthInfoMaxAge.
+func startSidecars(b *testing.B, addrs []string, n int, interval, infoMaxAge time.Duration) []*scale.Sidecar {
 	out := make([]*scale.Sidecar, n)
 	for i := range out {
 		s, err := scale.StartSidecar(addrs, scale.SidecarConfig{
-			HealthInterval: interval, NodeTimeout: benchNodeTimeout, FirstCheckAfter: max(interval, 0) * time.Duration(i) / time.Duration(n),
+			HealthInterval: interval, HealthInfoMaxAge: infoMaxAge, NodeTimeout: benchNodeTimeout,
+			FirstCheckAfter: max(interval, 0) * time.Duration(i) / time.Duration(n),
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -526,7 +536,7 @@ func costOfConnections(b *testing.B) {
 			b.Fatal(err)
 		}
 		before := countClients(b, ms.meters[0])
-		s := startSidecars(b, ms.addrs, 1, time.Second)[0]
+		s := startSidecars(b, ms.addrs, 1, time.Second, 0)[0]
 		time.Sleep(300 * time.Millisecond) // the first health round
 		idle = float64(countClients(b, ms.meters[0]).Total - before.Total)
 		cycleOnce(b, s.Addr, "conn/free").Close()

@@ -31,6 +31,10 @@ type SidecarConfig struct {
 	// HealthInterval is SIDELOCK_HEALTH_INTERVAL (default 1s); negative
 	// runs no health checker at all.
 	HealthInterval time.Duration
+	// HealthInfoMaxAge is SIDELOCK_HEALTH_INFO_MAX_AGE (default 10s):
+	// rounds within it only ping; negative reads the server info every
+	// round.
+	HealthInfoMaxAge time.Duration
 	// FirstCheckAfter delays the first health round, so that sidecars
 	// started together check at different moments, like pods that did not
 	// start in the same millisecond.
@@ -120,7 +124,7 @@ func StartSidecarGroups(groups [][]string, cfg SidecarConfig) (*Sidecar, error) 
 		// sit out the probation. The rounds cost the same with it.
 		var err error
 		checker, err = health.New(s.Nodes, lockers[0].Quorum(), health.Config{
-			Interval: cfg.HealthInterval, Timeout: cfg.NodeTimeout, Fencing: true, SetEligible: setEligible,
+			Interval: cfg.HealthInterval, InfoMaxAge: max(cfg.HealthInfoMaxAge, 0), Timeout: cfg.NodeTimeout, Fencing: true, SetEligible: setEligible,
 			Groups: healthGroups,
 		})
 		if err != nil {
@@ -166,6 +170,9 @@ func (c SidecarConfig) withDefaults() SidecarConfig {
 	}
 	if c.HealthInterval == 0 {
 		c.HealthInterval = time.Second
+	}
+	if c.HealthInfoMaxAge == 0 {
+		c.HealthInfoMaxAge = 10 * time.Second
 	}
 	if c.NodeTimeout == 0 {
 		c.NodeTimeout = 50 * time.Millisecond

@@ -40,6 +40,7 @@ const (
 	namesPerSidecar = 8   // lock names each sidecar cycles through (each keeps a fence counter)
 	simKeyTTL       = 10 * time.Second
 	simHealthEvery  = time.Second
+	simInfoMaxAge   = 10 * time.Second // shipped: a full server-info read every 10th round
 	// simNodeTimeout replaces the 50 ms default: hundreds of sidecars on
 	// two cores queue for the CPU, and that should show as latency.
 	simNodeTimeout = 500 * time.Millisecond
@@ -207,7 +208,7 @@ func startFleet(b *testing.B, groups [][]string, n int, renewals *RenewalCounter
 	out := make([]*simSidecar, n)
 	for i := range out {
 		s, err := StartSidecarGroups(groups, SidecarConfig{
-			KeyPrefix: "sim:", KeyTTL: simKeyTTL, HealthInterval: simHealthEvery, NodeTimeout: simNodeTimeout,
+			KeyPrefix: "sim:", KeyTTL: simKeyTTL, HealthInterval: simHealthEvery, HealthInfoMaxAge: simInfoMaxAge, NodeTimeout: simNodeTimeout,
 			FirstCheckAfter: time.Duration(rand.Int64N(int64(simHealthEvery))), Renewals: renewals,
 		})
 		if err != nil {
@@ -365,6 +366,7 @@ func reportSimulation(b *testing.B, n int, ms *simMasterSet, base baseline, star
 	b.ReportMetric(namesPerSidecar, "names/sidecar")
 	b.ReportMetric(simKeyTTL.Seconds(), "key-ttl-s")
 	b.ReportMetric(simHealthEvery.Seconds(), "health-interval-s")
+	b.ReportMetric(simInfoMaxAge.Seconds(), "health-info-max-age-s")
 	b.ReportMetric(seconds, "window-s")
 
 	reportCycles(b, sidecars, start.at, end.at, seconds)

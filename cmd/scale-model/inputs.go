@@ -60,8 +60,10 @@ const (
 	renewal1        = costModel + "renewal/batch=1"
 	renewal100      = costModel + "renewal/batch=100"
 	ticks           = costModel + "background/sidecars=50/health=none"
-	healthPod       = costModel + "background/sidecars=50/health=1s"
-	healthFleet     = costModel + "background/sidecars=50/health=50ms"
+	healthPod       = costModel + "background/sidecars=50/health=1s/rounds=info"
+	healthFleet     = costModel + "background/sidecars=50/health=50ms/rounds=info"
+	pingPod         = costModel + "background/sidecars=50/health=1s/rounds=ping"
+	pingFleet       = costModel + "background/sidecars=50/health=50ms/rounds=ping"
 	connections     = costModel + "connections"
 	connMemory      = costModel + "memory/conns=500"
 	lockMemory      = costModel + "memory/locks=3000"
@@ -90,8 +92,9 @@ func inputsFrom(r results) (Inputs, error) {
 	in.RedisIdle, in.SidecarTick = rd.get(ticks, "redis-idle-cpu-µs/s"), rd.get(ticks, "sidecar-tick-cpu-µs/s")
 	in.RedisBackground, in.OutPerHealthRound = rd.get(healthFleet, "redis-cpu-µs/health-round"), rd.get(healthFleet, "redis-out-bytes/health-round")
 	in.RedisBackgroundLone = rd.get(healthPod, "redis-cpu-µs/health-round")
-	podRounds := rd.get(healthPod, "health-rounds/s/sidecar") * healthMasters
-	in.SidecarHealthRound = math0(rd.get(healthPod, "sidecar-cpu-µs/s")-in.SidecarTick) / math.Max(podRounds, 1e-9)
+	in.RedisPingRound, in.OutPerPingRound = rd.get(pingFleet, "redis-cpu-µs/health-round"), rd.get(pingFleet, "redis-out-bytes/health-round")
+	in.RedisPingRoundLone = rd.get(pingPod, "redis-cpu-µs/health-round")
+	in.SidecarHealthRound, in.SidecarPingRound = sidecarPerRound(rd, healthPod, in.SidecarTick), sidecarPerRound(rd, pingPod, in.SidecarTick)
 	in.SidecarHeap, in.SidecarRSS = rd.get(healthPod, "sidecar-heap-bytes/sidecar"), rd.get(healthPod, "sidecar-rss-bytes/sidecar")
 	in.ConnsPerSidecar, in.ConnsAfterWait = rd.get(connections, "conns-active/sidecar"), rd.get(connections, "conns-after-wait/sidecar")
 	in.BusyConnBytes, in.IdleConnBytes = connBytes(rd.get(connMemory, "redis-bytes/busy-conn"), rd.get(connMemory, "redis-bytes/idle-conn"), rd.get(connMemory, "redis-bytes/conn"))
@@ -103,6 +106,14 @@ func inputsFrom(r results) (Inputs, error) {
 	}
 	addProcessRSS(&in, r)
 	return in, nil
+}
+
+// sidecarPerRound is the sidecar CPU of one health round of one master,
+// from a background run at one round per second: its CPU less the
+// renewer's tick, over the rounds it made.
+func sidecarPerRound(rd *reader, name string, tick float64) float64 {
+	rounds := rd.get(name, "health-rounds/s/sidecar") * healthMasters
+	return math0(rd.get(name, "sidecar-cpu-µs/s")-tick) / math.Max(rounds, 1e-9)
 }
 
 // callAndKey splits ExtendMany's cost into a per-call and a per-key part
@@ -144,6 +155,7 @@ type SimRun struct {
 	TargetCycles, Cycles       float64 // per sidecar per second
 	Held, Names                float64 // per sidecar
 	KeyTTL, HealthInterval     float64 // seconds
+	InfoMaxAge                 float64 // seconds; 0 in outputs from before it existed (every round)
 	Window                     float64 // seconds
 	Renewals                   float64 // per second, all sidecars
 	RedisCPU, RedisCPUMax      float64 // µs/s per master (mean, busiest)
@@ -202,6 +214,7 @@ func simRun(r results, name string) (SimRun, error) {
 		RequestsPerWakeup: g("redis-requests/wakeup"), RoundTrips: g("redis-round-trips/s/master"),
 		Groups: 1,
 	}
+	run.InfoMaxAge, _ = r.median(name, "health-info-max-age-s")
 	// Older outputs (one group only) have no group figures.
 	if v, ok := r.median(name, "groups"); ok {
 		run.Groups = v
@@ -223,6 +236,6 @@ func simRun(r results, name string) (SimRun, error) {
 func (s SimRun) Fleet() Fleet {
 	return Fleet{
 		Pods: s.Sidecars, Masters: 3, Groups: int(s.Groups), Cycles: s.Cycles, Held: s.Held, RenewBatch: s.Held,
-		Names: s.Names, KeyTTL: s.KeyTTL, HealthInterval: s.HealthInterval,
+		Names: s.Names, KeyTTL: s.KeyTTL, HealthInterval: s.HealthInterval, InfoMaxAge: s.InfoMaxAge,
 	}
 }

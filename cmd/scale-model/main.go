@@ -51,7 +51,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	table := fs.String("table", "docs/scale/table.md", "where to write the tables")
 	budget := fs.Float64("cpu-budget", 0.5, "share of one core a master may use")
 	maxClients := fs.Float64("maxclients", 10000, "Redis maxclients of the current settings")
+	infoMaxAge := fs.Duration("info-max-age", 10*time.Second, "SIDELOCK_HEALTH_INFO_MAX_AGE of the current settings")
 	recInterval := fs.Duration("recommended-health-interval", 10*time.Second, "SIDELOCK_HEALTH_INTERVAL recommended for large fleets")
+	recInfoMaxAge := fs.Duration("recommended-info-max-age", time.Minute, "SIDELOCK_HEALTH_INFO_MAX_AGE recommended for large fleets")
 	recMaxClients := fs.Float64("recommended-maxclients", 40000, "Redis maxclients recommended for large fleets")
 	pods := fs.Float64("fleet-pods", 10000, "pods of the fleet whose groups are counted")
 	cycles := fs.Float64("fleet-cycles", 10, "acquire+release cycles per pod per second of that fleet")
@@ -61,10 +63,13 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	walls := Walls{CPUBudget: *budget, MaxClients: *maxClients}
 	return options{
 		inputs: strings.Split(*inputs, ","), sim: *sim, png: *png, table: *table,
-		current: Settings{Name: "shipped (health 1 s, maxclients " + num(*maxClients) + ")", HealthInterval: 1, Walls: walls},
+		current: Settings{
+			Name:           fmt.Sprintf("shipped (health 1 s, server info max age %v, maxclients %s)", *infoMaxAge, num(*maxClients)),
+			HealthInterval: 1, InfoMaxAge: infoMaxAge.Seconds(), Walls: walls,
+		},
 		recommended: Settings{
-			Name:           fmt.Sprintf("recommended (health %v, maxclients %s)", *recInterval, num(*recMaxClients)),
-			HealthInterval: recInterval.Seconds(), Walls: Walls{CPUBudget: *budget, MaxClients: *recMaxClients},
+			Name:           fmt.Sprintf("recommended (health %v, server info max age %v, maxclients %s)", *recInterval, *recInfoMaxAge, num(*recMaxClients)),
+			HealthInterval: recInterval.Seconds(), InfoMaxAge: recInfoMaxAge.Seconds(), Walls: Walls{CPUBudget: *budget, MaxClients: *recMaxClients},
 		},
 		fleetPods: *pods, fleetCycles: *cycles, plotMaxSidecar: 10000,
 	}, nil

@@ -17,19 +17,20 @@ type Inputs struct {
 	RedisAcquire5, RedisRelease5 float64 // the same with 5 masters
 	RedisRenewCall               float64 // per ExtendMany call, whatever its size
 	RedisRenewKey                float64 // per key in an ExtendMany call
-	RedisBackground              float64 // per sidecar per health round (one pipelined ServerInfo read)
+	RedisBackground              float64 // per sidecar per health round that reads the server info (one pipeline)
+	RedisPingRound               float64 // per sidecar per health round that only pings
 	RedisIdle                    float64 // µs/s of a master with no clients
 	// The same costs when every command finds the master asleep and wakes
 	// it alone (one caller at a time): see redisCPU for how both are used.
-	RedisAcquireLone, RedisReleaseLone   float64 // 3 masters
-	RedisAcquireLone5, RedisReleaseLone5 float64 // 5 masters
-	RedisBackgroundLone                  float64
+	RedisAcquireLone, RedisReleaseLone      float64 // 3 masters
+	RedisAcquireLone5, RedisReleaseLone5    float64 // 5 masters
+	RedisBackgroundLone, RedisPingRoundLone float64
 	// The same again for commands that find a master idle for 5 ms (a
 	// paced caller): shown, not used; see docs/scale.md.
 	RedisAcquireIdle, RedisReleaseIdle float64
 
 	// Redis output, bytes per master.
-	OutPerCycle, OutPerHealthRound float64
+	OutPerCycle, OutPerHealthRound, OutPerPingRound float64
 
 	// Redis memory, bytes per master.
 	BusyConnBytes, IdleConnBytes float64 // a connection used at least every ~2 s, or idle longer
@@ -47,7 +48,8 @@ type Inputs struct {
 	SidecarAcquire3, SidecarRelease3  float64
 	SidecarAcquire5, SidecarRelease5  float64
 	SidecarRenewCall, SidecarRenewKey float64
-	SidecarHealthRound                float64 // per master per round
+	SidecarHealthRound                float64 // per master per round that reads the server info
+	SidecarPingRound                  float64 // per master per round that only pings
 	SidecarTick                       float64 // µs/s of the renewer's idle 50 ms tick
 
 	// Sidecar memory, bytes. In-process (the simulation's unit) and, when
@@ -78,6 +80,26 @@ type Fleet struct {
 	Waits bool
 
 	KeyTTL, HealthInterval float64 // seconds
+	// InfoMaxAge is SIDELOCK_HEALTH_INFO_MAX_AGE in seconds (0: every
+	// round reads the server info): see infoShare.
+	InfoMaxAge float64
+}
+
+// infoShare is the share of health rounds that read the server info: the
+// round nearest the max age (pkg/health: the first at which the info is
+// within half an interval of it) reads it, the others only ping.
+// Reconnections add a few more reads, which the model leaves out.
+func (f Fleet) infoShare() float64 {
+	if f.InfoMaxAge <= 0 {
+		return 1
+	}
+	return 1 / math.Max(math.Ceil(f.InfoMaxAge/f.HealthInterval-0.5-1e-9), 1)
+}
+
+// mix is the cost of an average health round, of info and ping rounds.
+func (f Fleet) mix(info, ping float64) float64 {
+	s := f.infoShare()
+	return s*info + (1-s)*ping
 }
 
 // Master is the load on one master of one group.
@@ -125,7 +147,8 @@ func (in Inputs) PerMaster(f Fleet) Master {
 	acquireLone, releaseLone := in.redisLoneOpCost(f.Masters)
 	renewal := renewalsPerSecond(f.KeyTTL)
 	ops := load{rate: cycles, warm: acquire + release, lone: acquireLone + releaseLone}
-	health := load{rate: f.Pods / f.HealthInterval, warm: in.RedisBackground, lone: in.RedisBackgroundLone}
+	health := load{rate: f.Pods / f.HealthInterval,
+		warm: f.mix(in.RedisBackground, in.RedisPingRound), lone: f.mix(in.RedisBackgroundLone, in.RedisPingRoundLone)}
 	// Renewal calls are measured one caller at a time, and counted so.
 	renewals := load{rate: 1, warm: f.Pods*f.renewCallsPerGroup()*in.RedisRenewCall + heldKeys*renewal*in.RedisRenewKey}
 	renewals.lone = renewals.warm
@@ -135,7 +158,7 @@ func (in Inputs) PerMaster(f Fleet) Master {
 		CPURenewals: renewals.cost(busy),
 		CPUHealth:   health.cost(busy),
 		Conns:       f.Pods * in.connsPerPod(f),
-		OutBytes:    cycles*in.OutPerCycle + f.Pods*in.OutPerHealthRound/f.HealthInterval,
+		OutBytes:    cycles*in.OutPerCycle + f.Pods*f.mix(in.OutPerHealthRound, in.OutPerPingRound)/f.HealthInterval,
 		LockReqs:    3*cycles + f.Pods*f.renewCallsPerGroup(),
 	}
 	m.Requests = m.LockReqs + f.Pods/f.HealthInterval
@@ -188,11 +211,12 @@ func (in Inputs) connsPerPod(f Fleet) float64 {
 const busyWithin = 2.0
 
 // connMemory is what one pod's connections take on one master. Of its
-// two command connections one carries the health rounds (a pipelined
-// ServerInfo) and the other the pod's lone lock calls; each is busy (its
-// query buffer kept) when used at least every busyWithin seconds, idle
-// otherwise. A subscription connection only sees a PING every few
-// seconds and counts as idle.
+// two command connections the regular one carries the health PINGs and
+// the pod's lone lock calls, the pipeline the server-info reads (a
+// pipeline of four commands) and what few batches a pod makes; each is
+// busy (its query buffer kept) when used at least every busyWithin
+// seconds, idle otherwise. A subscription connection only sees a PING
+// every few seconds and counts as idle.
 func (in Inputs) connMemory(f Fleet) float64 {
 	byUse := func(perSecond float64) float64 {
 		if perSecond >= 1/busyWithin {
@@ -200,7 +224,8 @@ func (in Inputs) connMemory(f Fleet) float64 {
 		}
 		return in.IdleConnBytes
 	}
-	mem := byUse(1/f.HealthInterval) + (in.ConnsPerSidecar-1)*byUse(f.lockRequestsPerMaster())
+	share := f.infoShare()
+	mem := byUse((1-share)/f.HealthInterval+f.lockRequestsPerMaster()) + (in.ConnsPerSidecar-1)*byUse(share/f.HealthInterval)
 	if f.Waits {
 		mem += (in.ConnsAfterWait - in.ConnsPerSidecar) * in.IdleConnBytes
 	}
@@ -221,7 +246,7 @@ func (in Inputs) PerPod(f Fleet) Pod {
 	renewCalls := float64(f.Groups) * f.renewCallsPerGroup()
 	cpu := f.Cycles*(acquire+release) +
 		renewCalls*in.SidecarRenewCall + f.Held*renewalsPerSecond(f.KeyTTL)*in.SidecarRenewKey +
-		masters*in.SidecarHealthRound/f.HealthInterval + in.SidecarTick
+		masters*f.mix(in.SidecarHealthRound, in.SidecarPingRound)/f.HealthInterval + in.SidecarTick
 	return Pod{CPU: cpu, Conns: masters * in.connsPerPod(f)}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"image/png"
 	"math"
 	"strings"
@@ -20,6 +21,7 @@ var fixedInputs = Inputs{
 	ConnsPerSidecar: 2, ConnsAfterWait: 3,
 	SidecarAcquire3: 300, SidecarRelease3: 200, SidecarAcquire5: 500, SidecarRelease5: 300,
 	SidecarRenewCall: 40, SidecarRenewKey: 5, SidecarHealthRound: 100, SidecarTick: 200,
+	RedisPingRound: 10, RedisPingRoundLone: 10, OutPerPingRound: 10, SidecarPingRound: 20,
 }
 
 var fixedFleet = Fleet{Pods: 100, Masters: 3, Groups: 2, Cycles: 4, Held: 2, RenewBatch: 2, Names: 8, KeyTTL: 10, HealthInterval: 1}
@@ -165,8 +167,10 @@ BenchmarkCostModel/ops/path=http/masters=5-2   	 100	 1 ns/op	 500 sidecar-cpu-�
 BenchmarkCostModel/renewal/batch=1-2   	 100	 1 ns/op	 12 redis-cpu-µs/renewal-call	 42 sidecar-cpu-µs/renewal-call
 BenchmarkCostModel/renewal/batch=100-2   	 100	 1 ns/op	 210 redis-cpu-µs/renewal-call	 537 sidecar-cpu-µs/renewal-call
 BenchmarkCostModel/background/sidecars=50/health=none-2   	 1	 1 ns/op	 2000 redis-idle-cpu-µs/s	 200 sidecar-tick-cpu-µs/s
-BenchmarkCostModel/background/sidecars=50/health=1s-2   	 1	 1 ns/op	 110 redis-cpu-µs/health-round	 1 health-rounds/s/sidecar	 500 sidecar-cpu-µs/s	 1000000 sidecar-heap-bytes/sidecar	 150000 sidecar-rss-bytes/sidecar
-BenchmarkCostModel/background/sidecars=50/health=50ms-2   	 1	 1 ns/op	 40 redis-cpu-µs/health-round	 1000 redis-out-bytes/health-round	 20 health-rounds/s/sidecar
+BenchmarkCostModel/background/sidecars=50/health=1s/rounds=info-2   	 1	 1 ns/op	 110 redis-cpu-µs/health-round	 1 health-rounds/s/sidecar	 500 sidecar-cpu-µs/s	 1000000 sidecar-heap-bytes/sidecar	 150000 sidecar-rss-bytes/sidecar
+BenchmarkCostModel/background/sidecars=50/health=1s/rounds=ping-2   	 1	 1 ns/op	 30 redis-cpu-µs/health-round	 1 health-rounds/s/sidecar	 260 sidecar-cpu-µs/s	 1000000 sidecar-heap-bytes/sidecar	 150000 sidecar-rss-bytes/sidecar
+BenchmarkCostModel/background/sidecars=50/health=50ms/rounds=info-2   	 1	 1 ns/op	 40 redis-cpu-µs/health-round	 1000 redis-out-bytes/health-round	 20 health-rounds/s/sidecar
+BenchmarkCostModel/background/sidecars=50/health=50ms/rounds=ping-2   	 1	 1 ns/op	 8 redis-cpu-µs/health-round	 7 redis-out-bytes/health-round	 20 health-rounds/s/sidecar
 BenchmarkCostModel/connections-2   	 1	 1 ns/op	 2 conns-active/sidecar	 3 conns-after-wait/sidecar
 BenchmarkCostModel/memory/conns=500-2   	 1	 1 ns/op	 20000 redis-bytes/busy-conn	 2000 redis-bytes/idle-conn	 11500 redis-bytes/conn
 BenchmarkCostModel/memory/locks=3000-2   	 1	 1 ns/op	 300 redis-bytes/lock	 200 redis-bytes/fence-counter	 1000 sidecar-heap-bytes/lock	 200000 redis-bytes/scripts
@@ -188,6 +192,10 @@ func TestInputsFromBenchmarkOutput(t *testing.T) {
 	near(t, "health round at fleet rate", in.RedisBackground, 40)
 	near(t, "health round, lone", in.RedisBackgroundLone, 110)
 	near(t, "sidecar health round", in.SidecarHealthRound, 100) // (500 − 200) / 3 masters
+	near(t, "ping round at fleet rate", in.RedisPingRound, 8)
+	near(t, "ping round, lone", in.RedisPingRoundLone, 30)
+	near(t, "ping round output", in.OutPerPingRound, 7)
+	near(t, "sidecar ping round", in.SidecarPingRound, 20) // (260 − 200) / 3 masters
 	near(t, "busy connection", in.BusyConnBytes, 20500)
 	near(t, "pod RSS per lock", in.PodRSSPerLock, 20*(1<<20)/10000.0)
 }
@@ -279,5 +287,27 @@ BenchmarkScaleSim/groups=2/sidecars=100-2 1 1 ns/op 100 sidecars 2 groups 2 targ
 	writeGroupCheck(&buf, fixedInputs, runs)
 	if !strings.Contains(buf.String(), "| connections per master | 2 | 100 | 1.00 | 1.00 |") {
 		t.Errorf("group check:\n%s", buf.String())
+	}
+}
+
+// With a server-info max age of 10 rounds, one round in ten reads the
+// info and nine only ping: health costs a tenth of the info round plus
+// nine tenths of the ping round, on the master and in the sidecar.
+func TestPingRoundsBetweenInfoReadsCutTheHealthCost(t *testing.T) {
+	f := Fleet{Pods: 1000, Masters: 3, Groups: 1, KeyTTL: 10, HealthInterval: 1, RenewBatch: 1}
+	every := fixedInputs.PerMaster(f)
+	near(t, "health CPU, info every round", every.CPUHealth, 1000*50)
+	f.InfoMaxAge = 10
+	mixed := fixedInputs.PerMaster(f)
+	near(t, "health CPU, info every 10th round", mixed.CPUHealth, 1000*(0.1*50+0.9*10))
+	near(t, "output", mixed.OutBytes, 1000*(0.1*2000+0.9*10))
+	near(t, "requests (one per round either way)", mixed.Requests, every.Requests)
+	near(t, "sidecar CPU", fixedInputs.PerPod(f).CPU, 3*(0.1*100+0.9*20)+200)
+	// Pings keep the regular connection busy; the pipeline, with a
+	// server-info read every 10 s, goes idle.
+	near(t, "connection memory", fixedInputs.connMemory(f), 20000+2000)
+	for _, c := range []struct{ interval, maxAge, share float64 }{{1, 0, 1}, {1, 10, 0.1}, {1, 9.5, 1.0 / 9}, {1, 10.4, 0.1}, {10, 10, 1}, {10, 60, 1.0 / 6}, {30, 10, 1}} {
+		f := Fleet{HealthInterval: c.interval, InfoMaxAge: c.maxAge}
+		near(t, fmt.Sprintf("info share at %gs / max age %gs", c.interval, c.maxAge), f.infoShare(), c.share)
 	}
 }

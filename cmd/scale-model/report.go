@@ -177,13 +177,14 @@ func writeInputs(w io.Writer, in Inputs) {
 type Settings struct {
 	Name           string
 	HealthInterval float64 // seconds
+	InfoMaxAge     float64 // seconds (0: the server info read every round)
 	Walls          Walls
 }
 
 // fleetAt is the capacity questions' fleet: pods that wait for locks now
 // and then (3 connections per master), no long-lived locks, names reused.
 func fleetAt(masters, groups int, cycles float64, s Settings) Fleet {
-	return Fleet{Masters: masters, Groups: groups, Cycles: cycles, Waits: true, KeyTTL: 10, HealthInterval: s.HealthInterval, RenewBatch: 1}
+	return Fleet{Masters: masters, Groups: groups, Cycles: cycles, Waits: true, KeyTTL: 10, HealthInterval: s.HealthInterval, InfoMaxAge: s.InfoMaxAge, RenewBatch: 1}
 }
 
 var capacityRates = []float64{1, 10, 100}
@@ -235,21 +236,30 @@ func overLimit(conns, maxClients float64) string {
 	return ""
 }
 
-// healthIntervals are the SIDELOCK_HEALTH_INTERVAL values compared.
-var healthIntervals = []float64{1, 5, 10, 30}
+// healthSettings are the SIDELOCK_HEALTH_INTERVAL and
+// SIDELOCK_HEALTH_INFO_MAX_AGE pairs compared (seconds; 0: every round).
+var healthSettings = [][2]float64{{1, 0}, {1, 10}, {1, 60}, {5, 0}, {5, 60}, {10, 0}, {10, 60}, {30, 0}}
 
 // writeHealthCost shows what health rounds alone cost a master per 1000
 // pods (every pod of every group checks every master).
 func writeHealthCost(w io.Writer, in Inputs) {
-	fmt.Fprintln(w, "| health interval | master CPU per 1000 pods | master output per 1000 pods | connection memory per 1000 pods that seldom lock | pods until health alone takes 50 % of a core |")
-	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|")
-	for _, interval := range healthIntervals {
-		f := Fleet{Pods: 1000, Masters: 3, Groups: 1, KeyTTL: 10, HealthInterval: interval, RenewBatch: 1}
+	fmt.Fprintln(w, "| health interval | server info read | master CPU per 1000 pods | master output per 1000 pods | connection memory per 1000 pods that seldom lock | pods until health alone takes 50 % of a core |")
+	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|")
+	for _, hs := range healthSettings {
+		f := Fleet{Pods: 1000, Masters: 3, Groups: 1, KeyTTL: 10, HealthInterval: hs[0], InfoMaxAge: hs[1], RenewBatch: 1}
 		m := in.PerMaster(f)
 		wall := in.largestWithinCPU(f, 0.5)
-		fmt.Fprintf(w, "| %g s | %.1f %% | %s KB/s | %s MB | %s |\n", interval, (m.CPU-in.RedisIdle)/1e4,
+		fmt.Fprintf(w, "| %g s | %s | %.1f %% | %s KB/s | %s MB | %s |\n", hs[0], infoReads(f), (m.CPU-in.RedisIdle)/1e4,
 			num(m.OutBytes/1024), num((m.Memory-in.ScriptsBytes)/(1<<20)), count(wall))
 	}
+}
+
+// infoReads says how often a fleet's rounds read the server info.
+func infoReads(f Fleet) string {
+	if f.infoShare() == 1 {
+		return "every round"
+	}
+	return fmt.Sprintf("every %gth round (max age %g s)", 1/f.infoShare(), f.InfoMaxAge)
 }
 
 // writeSideCosts states what a held lock and a fresh lock name cost, for

@@ -275,10 +275,13 @@ type observation struct {
 
 // infoCurrent reports whether master i's last server info still holds,
 // so this round may only ping it, and the connection count it was read at.
+// The info expires at the round nearest its max age: rounds drift by a
+// little either way, and one a microsecond early must not put the re-read
+// off by a whole interval.
 func (c *Checker) infoCurrent(i int, now time.Time) (current bool, opened uint64) {
 	m := &c.guards.nodes[i]
 	counter, ok := c.nodes[i].(redlock.ConnectionCounter)
-	if !ok || c.cfg.InfoMaxAge == 0 || m.last == nil || m.unverified || now.Sub(m.infoAt) >= c.cfg.InfoMaxAge {
+	if !ok || c.cfg.InfoMaxAge == 0 || m.last == nil || m.unverified || now.Sub(m.infoAt)+c.cfg.Interval/2 >= c.cfg.InfoMaxAge {
 		return false, 0
 	}
 	return counter.ConnectionsOpened() == m.openedAtInfo, m.openedAtInfo
