@@ -44,8 +44,14 @@ const (
 	// simNodeTimeout replaces the 50 ms default: hundreds of sidecars on
 	// two cores queue for the CPU, and that should show as latency.
 	simNodeTimeout = 500 * time.Millisecond
-	warmUp         = 3 * time.Second
-	defaultWindow  = 15 * time.Second
+	// warmUp lets every sidecar's first health round pass: their first
+	// rounds are spread over a whole server-info max age, so that their
+	// info reads fall at independent moments, as in a fleet of pods
+	// started at different times (in step, a window would see one read per
+	// sidecar or two, and the masters' memory would depend on when it was
+	// sampled).
+	warmUp        = simInfoMaxAge + 3*time.Second
+	defaultWindow = 15 * time.Second
 )
 
 // simCases are the simulated fleets: one group at three sizes, and two
@@ -202,14 +208,14 @@ func runSimulation(b *testing.B, groups, n int, window time.Duration) {
 }
 
 // startFleet starts n sidecars whose first health rounds are spread over
-// one interval, as pods started at different moments check at different
-// moments.
+// one server-info max age, as pods started at different moments check,
+// and read the masters' server info, at different moments.
 func startFleet(b *testing.B, groups [][]string, n int, renewals *RenewalCounter) []*simSidecar {
 	out := make([]*simSidecar, n)
 	for i := range out {
 		s, err := StartSidecarGroups(groups, SidecarConfig{
 			KeyPrefix: "sim:", KeyTTL: simKeyTTL, HealthInterval: simHealthEvery, HealthInfoMaxAge: simInfoMaxAge, NodeTimeout: simNodeTimeout,
-			FirstCheckAfter: time.Duration(rand.Int64N(int64(simHealthEvery))), Renewals: renewals,
+			FirstCheckAfter: time.Duration(rand.Int64N(int64(simInfoMaxAge))), Renewals: renewals,
 		})
 		if err != nil {
 			b.Fatal(err)

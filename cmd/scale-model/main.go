@@ -45,7 +45,7 @@ type options struct {
 func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("scale-model", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	inputs := fs.String("inputs", "bench/results/latest.txt,bench/results/model.txt", "benchmark outputs to take the model's inputs from: the first with BenchmarkCostModel lines")
+	inputs := fs.String("inputs", "bench/results/model.txt,bench/results/latest.txt", "benchmark outputs to take the model's inputs from: the first with BenchmarkCostModel lines (a real sidecar's RSS from any)")
 	sim := fs.String("sim", "bench/results/scale.txt", "BenchmarkScaleSim output")
 	png := fs.String("png", "docs/scale/scale.png", "where to write the plot")
 	table := fs.String("table", "docs/scale/table.md", "where to write the tables")

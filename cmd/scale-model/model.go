@@ -213,16 +213,15 @@ const busyWithin = 2.0
 // connMemory is what one pod's connections take on one master. Of its
 // two command connections the regular one carries the health PINGs and
 // the pod's lone lock calls, the pipeline the server-info reads (a
-// pipeline of four commands) and what few batches a pod makes; each is
-// busy (its query buffer kept) when used at least every busyWithin
-// seconds, idle otherwise. A subscription connection only sees a PING
-// every few seconds and counts as idle.
+// pipeline of four commands) and what few batches a pod makes. A
+// connection keeps its query buffer for busyWithin after each command, so
+// one used r times a second is busy about r·busyWithin of the time (all of
+// it from one use every busyWithin on), idle the rest. A subscription
+// connection only sees a PING every few seconds and counts as idle.
 func (in Inputs) connMemory(f Fleet) float64 {
 	byUse := func(perSecond float64) float64 {
-		if perSecond >= 1/busyWithin {
-			return in.BusyConnBytes
-		}
-		return in.IdleConnBytes
+		busy := math.Min(perSecond*busyWithin, 1)
+		return in.IdleConnBytes + busy*(in.BusyConnBytes-in.IdleConnBytes)
 	}
 	share := f.infoShare()
 	mem := byUse((1-share)/f.HealthInterval+f.lockRequestsPerMaster()) + (in.ConnsPerSidecar-1)*byUse(share/f.HealthInterval)
