@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -284,7 +285,7 @@ func (s *sidecarProc) launch() error {
 		return err
 	}
 	cmd := exec.Command(sidelockBinary)
-	cmd.Env = append(s.env[:len(s.env):len(s.env)], "SIDELOCK_LISTEN_ADDR="+s.apiAddr, "SIDELOCK_ADMIN_ADDR="+s.adminAddr)
+	cmd.Env = slices.Concat(s.env, []string{"SIDELOCK_LISTEN_ADDR=" + s.apiAddr, "SIDELOCK_ADMIN_ADDR=" + s.adminAddr})
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
