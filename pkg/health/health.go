@@ -32,8 +32,9 @@ type NodeState struct {
 	// ProbationRemaining is how long a restart probation still keeps it
 	// out, as of the last round.
 	ProbationRemaining Duration `json:"probation_remaining,omitempty"`
-	// RunID, Role and Uptime come from the last ServerInfo read (empty
-	// for masters that cannot describe their server).
+	// RunID, Role and Uptime come from the last ServerInfo read, Uptime
+	// carried forward to this round (empty for masters that cannot
+	// describe their server).
 	RunID  string   `json:"run_id,omitempty"`
 	Role   string   `json:"role,omitempty"`
 	Uptime Duration `json:"uptime,omitempty"`
@@ -241,9 +242,9 @@ func (c *Checker) Check(ctx context.Context) Report {
 	now := c.cfg.Now()
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
-		current, known := c.infoCurrent(i, now)
+		current, openedAtInfo := c.infoCurrent(i, now)
 		returning := c.guards.nodes[i].unverified
-		wg.Go(func() { obs[i] = c.observe(ctx, n, current, known, returning) })
+		wg.Go(func() { obs[i] = c.observe(ctx, n, current, openedAtInfo, returning) })
 	}
 	wg.Wait()
 	states, events := c.judge(obs)
