@@ -21,9 +21,9 @@ type ExtendItem = struct {
 }
 
 // BatchExtender is implemented by nodes that can extend many keys in one
-// call, with Extend's semantics for each.
+// call, with Extend's semantics (and outcomes) for each.
 type BatchExtender interface {
-	ExtendMany(ctx context.Context, items []ExtendItem) ([]bool, error)
+	ExtendMany(ctx context.Context, items []ExtendItem) ([]ExtendOutcome, error)
 }
 
 // maxExtendBatch bounds one call's size, so a batch stays far inside the
@@ -45,7 +45,7 @@ func (l *Locker) ExtendMany(ctx context.Context, items []ExtendItem) ([]Grant, [
 
 func (l *Locker) extendChunk(ctx context.Context, items []ExtendItem, grants []Grant, errs []error) {
 	start := l.now()
-	answers := make([][]bool, len(l.nodes))
+	answers := make([][]ExtendOutcome, len(l.nodes))
 	nodeErrs := make([]error, len(l.nodes))
 	var wg sync.WaitGroup
 	for i, n := range l.nodes {
@@ -65,7 +65,7 @@ func (l *Locker) extendChunk(ctx context.Context, items []ExtendItem, grants []G
 			case !l.eligible[i].Load():
 				replies[i] = reply{err: errIneligible}
 			default:
-				replies[i] = reply{ok: answers[i][k], held: !answers[i][k]}
+				replies[i] = extendReply(answers[i][k], nil)
 			}
 		}
 		grants[k], errs[k] = l.judgeExtend(replies, start, it.TTL)
@@ -73,7 +73,7 @@ func (l *Locker) extendChunk(ctx context.Context, items []ExtendItem, grants []G
 }
 
 // extendOn extends items on one node: in one call when it can batch.
-func extendOn(ctx context.Context, n Node, items []ExtendItem) ([]bool, error) {
+func extendOn(ctx context.Context, n Node, items []ExtendItem) ([]ExtendOutcome, error) {
 	if b, ok := n.(BatchExtender); ok {
 		out, err := b.ExtendMany(ctx, items)
 		if err == nil && len(out) != len(items) {
@@ -81,13 +81,13 @@ func extendOn(ctx context.Context, n Node, items []ExtendItem) ([]bool, error) {
 		}
 		return out, err
 	}
-	out := make([]bool, len(items))
+	out := make([]ExtendOutcome, len(items))
 	for i, it := range items {
-		ok, err := n.Extend(ctx, it.Key, it.Value, it.TTL)
+		outcome, err := n.Extend(ctx, it.Key, it.Value, it.TTL)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = ok
+		out[i] = outcome
 	}
 	return out, nil
 }

@@ -47,16 +47,34 @@ func TestExtendManyMatchesExtend(t *testing.T) {
 }
 
 func TestExtendManySplitsLargeBatches(t *testing.T) {
-	_, nodes := masters(3)
+	mem, nodes := masters(3)
 	l := newLocker(t, nodes)
 	items := make([]redlock.ExtendItem, 2500)
 	for i := range items {
 		items[i] = redlock.ExtendItem{Key: fmt.Sprintf("big/%d", i), Value: "v", TTL: ttl}
+		for _, m := range mem {
+			m.Acquire(context.Background(), items[i].Key, "v", ttl)
+		}
 	}
-	_, errs := l.ExtendMany(context.Background(), items) // absent keys are reclaimed
+	_, errs := l.ExtendMany(context.Background(), items)
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("item %d: %v", i, err)
+		}
+	}
+}
+
+// A batch renewal that finds its keys gone re-creates them but does not
+// count them: the lock may have been free and granted meanwhile.
+func TestExtendManyNeverCountsReclaimedKeys(t *testing.T) {
+	mem, nodes := masters(3)
+	l := newLocker(t, nodes)
+	items := []redlock.ExtendItem{{Key: "lapsed", Value: "v", TTL: ttl}, {Key: "one-left", Value: "v", TTL: ttl}}
+	mem[0].Acquire(context.Background(), "one-left", "v", ttl)
+	_, errs := l.ExtendMany(context.Background(), items)
+	for i, err := range errs {
+		if !errors.Is(err, redlock.ErrNoQuorum) {
+			t.Errorf("item %d: %v, want ErrNoQuorum (reclaimed keys do not count)", i, err)
 		}
 	}
 }

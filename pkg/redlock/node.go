@@ -22,11 +22,14 @@ type Node interface {
 	// the holder's remaining ttl (0 when the key has no expiry).
 	Acquire(ctx context.Context, key, value string, ttl time.Duration) (acquired bool, holderTTL time.Duration, err error)
 
-	// Extend resets key's ttl when it holds value. When key is absent (it
-	// expired or the node restarted empty) it claims key again with value, so
-	// a holder that still owns a quorum repairs a lagging minority. It reports
-	// false when another value holds key.
-	Extend(ctx context.Context, key, value string, ttl time.Duration) (bool, error)
+	// Extend resets key's ttl when it holds value (ExtendRenewed). When key
+	// is absent (it expired or the node restarted empty) it claims key again
+	// with value (ExtendReclaimed), so a holder that still owns a quorum
+	// repairs a lagging minority; the algorithm never counts a reclaim
+	// towards a quorum, since the key may have lapsed everywhere and been
+	// granted to another meanwhile. ExtendHeldByOther when another value
+	// holds key.
+	Extend(ctx context.Context, key, value string, ttl time.Duration) (ExtendOutcome, error)
 
 	// Release deletes key when it holds value and reports whether it did.
 	Release(ctx context.Context, key, value string) (bool, error)
@@ -40,6 +43,18 @@ type Node interface {
 	// Close frees the node's connections.
 	Close() error
 }
+
+// ExtendOutcome is what one master did with an Extend. It is an alias of
+// int8, as ExtendItem is of a plain struct, so nodes can implement Node
+// without importing this package (memnode does not).
+type ExtendOutcome = int8
+
+// Extend outcomes (the numbers the Redis scripts return).
+const (
+	ExtendHeldByOther ExtendOutcome = 0 // another value holds the key
+	ExtendRenewed     ExtendOutcome = 1 // value held the key; its ttl was reset
+	ExtendReclaimed   ExtendOutcome = 2 // the key was absent and was set again
+)
 
 // ReleaseWatcher is implemented by nodes that announce releases. Announcements
 // are best-effort: callers must also poll or time out.

@@ -214,15 +214,18 @@ func (l *Locker) failAcquire(ctx context.Context, key, value string, replies []r
 }
 
 // Extend resets the ttl of key on a majority while it holds value, and
-// reclaims it where it lapsed. It does not release on failure: the caller
-// decides whether a failed renewal ends its hold. Errors match ErrNotHeld
-// (others hold it; retrying cannot help) or ErrNoQuorum (retry while the
-// previous grant is still valid).
+// reclaims it where it lapsed. Only masters where value still held the key
+// count: a reclaimed key may have lapsed on every master and been granted
+// to another meanwhile, so a round made only of reclaims must not revive a
+// lock. It does not release on failure: the caller decides whether a failed
+// renewal ends its hold. Errors match ErrNotHeld (others hold it; retrying
+// cannot help) or ErrNoQuorum (retry while the previous grant is still
+// valid).
 func (l *Locker) Extend(ctx context.Context, key, value string, ttl time.Duration) (Grant, error) {
 	start := l.now()
 	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
-		ok, err := n.Extend(ctx, key, value, ttl)
-		return reply{ok: ok, held: err == nil && !ok, err: err}
+		outcome, err := n.Extend(ctx, key, value, ttl)
+		return extendReply(outcome, err)
 	})
 	return l.judgeExtend(replies, start, ttl)
 }
@@ -300,7 +303,7 @@ func (l *Locker) majorityHolder(replies []reply, start time.Time) Holder {
 // judge applies the quorum and validity rules to one round of replies.
 func (l *Locker) judge(t counts, start time.Time, ttl time.Duration) (Grant, error) {
 	if t.ok < l.quorum {
-		return Grant{}, fmt.Errorf("%w: %d of %d masters accepted, %d needed", ErrNoQuorum, t.ok, t.total, l.quorum)
+		return Grant{}, fmt.Errorf("%w: %d of %d masters accepted, %d needed%s", ErrNoQuorum, t.ok, t.total, l.quorum, t.detail())
 	}
 	validUntil := start.Add(ttl - l.Drift(ttl))
 	if !l.now().Before(validUntil) {
@@ -337,6 +340,15 @@ func (l *Locker) releaseAll(ctx context.Context, key, value string) error {
 	return nil
 }
 
+// extendReply turns one master's extend outcome into a reply: renewed
+// counts, held by another counts against, a reclaim counts for neither.
+func extendReply(outcome ExtendOutcome, err error) reply {
+	if err != nil {
+		return reply{err: err}
+	}
+	return reply{ok: outcome == ExtendRenewed, held: outcome == ExtendHeldByOther, reclaimed: outcome == ExtendReclaimed}
+}
+
 // reply is one master's answer in a round.
 type reply struct {
 	ok    bool          // the master did what was asked
@@ -344,10 +356,22 @@ type reply struct {
 	ttl   time.Duration // the holder's remaining ttl, or the key's for Get
 	value string        // Get only
 	fence int64         // the fence floor (acquire) or counter (get)
-	err   error         // the master did not answer usefully
+	// reclaimed: an extend found the key absent and set it again; it
+	// counts neither for nor against a quorum.
+	reclaimed bool
+	err       error // the master did not answer usefully
 }
 
-type counts struct{ ok, held, failed, total int }
+type counts struct{ ok, held, reclaimed, failed, total int }
+
+// detail says why masters that did not accept are missing, when that is
+// more than "no answer".
+func (c counts) detail() string {
+	if c.reclaimed == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d had lost the key and do not count)", c.reclaimed)
+}
 
 func tally(replies []reply) counts {
 	c := counts{total: len(replies)}
@@ -359,6 +383,8 @@ func tally(replies []reply) counts {
 			c.ok++
 		case r.held:
 			c.held++
+		case r.reclaimed:
+			c.reclaimed++
 		}
 	}
 	return c

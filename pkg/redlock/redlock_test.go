@@ -185,6 +185,27 @@ func TestExtendReportsNotHeldWhenAnotherValueHoldsAMajority(t *testing.T) {
 	}
 }
 
+// Keys that lapsed on every master may have been granted to another and
+// released meanwhile: an extend that finds them gone must not revive the
+// lock, however many masters it re-creates them on.
+func TestExtendNeverCountsReclaimedKeys(t *testing.T) {
+	for lost := 2; lost <= 3; lost++ {
+		t.Run(fmt.Sprintf("lost-on=%d", lost), func(t *testing.T) {
+			mem, nodes := masters(3)
+			l := newLocker(t, nodes)
+			if _, err := l.Acquire(context.Background(), "k", "v", ttl); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range mem[:lost] {
+				m.Release(context.Background(), "k", "v") // lapsed
+			}
+			if _, err := l.Extend(context.Background(), "k", "v", ttl); !errors.Is(err, redlock.ErrNoQuorum) {
+				t.Fatalf("extend after the keys lapsed on %d of 3: %v, want ErrNoQuorum", lost, err)
+			}
+		})
+	}
+}
+
 func TestExtendRepairsAMinorityThatLostTheKey(t *testing.T) {
 	mem, nodes := masters(3)
 	l := newLocker(t, nodes)

@@ -14,20 +14,16 @@ type ExtendItem = struct {
 }
 
 // ExtendMany is Extend for many keys in one call (redlock.BatchExtender).
-func (n *Node) ExtendMany(ctx context.Context, items []ExtendItem) ([]bool, error) {
+func (n *Node) ExtendMany(ctx context.Context, items []ExtendItem) ([]int8, error) {
 	if err := n.enter(ctx, "extend many"); err != nil {
 		return nil, err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := n.now()
-	out := make([]bool, len(items))
+	out := make([]int8, len(items))
 	for i, it := range items {
-		if held, ok := n.lookup(it.Key, now); ok && held.value != it.Value {
-			continue
-		}
-		n.store(it.Key, it.Value, it.TTL, now)
-		out[i] = true
+		out[i] = n.extendLocked(it.Key, it.Value, it.TTL, now)
 	}
 	return out, nil
 }

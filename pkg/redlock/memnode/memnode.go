@@ -107,20 +107,36 @@ func (n *Node) Acquire(ctx context.Context, key, value string, ttl time.Duration
 	return true, 0, nil
 }
 
+// Extend outcomes, as redlock.ExtendOutcome numbers them (memnode does not
+// import redlock).
+const (
+	ExtendHeldByOther int8 = 0
+	ExtendRenewed     int8 = 1
+	ExtendReclaimed   int8 = 2
+)
+
 // Extend implements redlock.Node.
-func (n *Node) Extend(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+func (n *Node) Extend(ctx context.Context, key, value string, ttl time.Duration) (int8, error) {
 	if err := n.enter(ctx, "extend"); err != nil {
-		return false, err
+		return ExtendHeldByOther, err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	now := n.now()
-	if held, ok := n.lookup(key, now); ok && held.value != value {
-		return false, nil
+	return n.extendLocked(key, value, ttl, n.now()), nil
+}
+
+// extendLocked renews key for value, or reclaims it when absent. The
+// caller holds n.mu.
+func (n *Node) extendLocked(key, value string, ttl time.Duration, now time.Time) int8 {
+	held, ok := n.lookup(key, now)
+	if ok && held.value != value {
+		return ExtendHeldByOther
 	}
-	// Held by value, or absent and so reclaimed: either way value holds it.
 	n.store(key, value, ttl, now)
-	return true, nil
+	if !ok {
+		return ExtendReclaimed
+	}
+	return ExtendRenewed
 }
 
 // Release implements redlock.Node.

@@ -1,6 +1,7 @@
 package nodetest
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/sidelock/sidelock/pkg/redlock"
@@ -28,8 +29,9 @@ func testExtendMany(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 || !got[0] || !got[1] || got[2] {
-		t.Fatalf("ExtendMany = %v, want [true true false]", got)
+	want := []redlock.ExtendOutcome{redlock.ExtendRenewed, redlock.ExtendReclaimed, redlock.ExtendHeldByOther}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ExtendMany = %v, want %v (renewed, reclaimed, held by another)", got, want)
 	}
 	for key, want := range map[string]string{own: "A", absent: "A", others: "B"} {
 		if v, ttl, err := s.node.Get(s.ctx, key); err != nil || v != want || ttl <= shortTTL {

@@ -140,13 +140,21 @@ func (s *suite) mustAcquire(t *testing.T, key, value string, ttl time.Duration) 
 	}
 }
 
+// extend reports whether value holds key after an Extend: renewed or
+// reclaimed.
 func (s *suite) extend(t *testing.T, key, value string, ttl time.Duration) bool {
 	t.Helper()
-	extended, err := s.node.Extend(s.ctx, key, value, ttl)
+	outcome := s.extendOutcome(t, key, value, ttl)
+	return outcome == redlock.ExtendRenewed || outcome == redlock.ExtendReclaimed
+}
+
+func (s *suite) extendOutcome(t *testing.T, key, value string, ttl time.Duration) redlock.ExtendOutcome {
+	t.Helper()
+	outcome, err := s.node.Extend(s.ctx, key, value, ttl)
 	if err != nil {
 		t.Fatalf("Extend(%q, %q, %v): %v", key, value, ttl, err)
 	}
-	return extended
+	return outcome
 }
 
 func (s *suite) release(t *testing.T, key, value string) bool {
@@ -251,23 +259,23 @@ func testReacquireOwn(t *testing.T, s *suite) {
 func testExtendOwn(t *testing.T, s *suite) {
 	const firstTTL = 2 * time.Second
 	s.mustAcquire(t, s.key, "A", firstTTL)
-	if !s.extend(t, s.key, "A", longTTL) {
-		t.Fatal("Extend by the holder = false, want true")
+	if got := s.extendOutcome(t, s.key, "A", longTTL); got != redlock.ExtendRenewed {
+		t.Fatalf("Extend by the holder = %d, want ExtendRenewed", got)
 	}
 	s.wantHeld(t, s.key, "A", firstTTL)
 }
 
 func testExtendAbsentReclaims(t *testing.T, s *suite) {
-	if !s.extend(t, s.key, "A", longTTL) {
-		t.Fatal("Extend of an absent key = false, want true (reclaim)")
+	if got := s.extendOutcome(t, s.key, "A", longTTL); got != redlock.ExtendReclaimed {
+		t.Fatalf("Extend of an absent key = %d, want ExtendReclaimed", got)
 	}
 	s.wantHeld(t, s.key, "A", 0)
 }
 
 func testExtendOthersFails(t *testing.T, s *suite) {
 	s.mustAcquire(t, s.key, "A", longTTL)
-	if s.extend(t, s.key, "B", 2*longTTL) {
-		t.Fatal("Extend by B succeeded while A holds the key")
+	if got := s.extendOutcome(t, s.key, "B", 2*longTTL); got != redlock.ExtendHeldByOther {
+		t.Fatalf("Extend by B while A holds the key = %d, want ExtendHeldByOther", got)
 	}
 	s.wantHeld(t, s.key, "A", 0)
 }

@@ -20,7 +20,7 @@ var _ redlock.BatchExtender = (*Node)(nil)
 
 // ExtendMany implements redlock.BatchExtender: one script run for all
 // items, so renewing many locks costs one round trip and one script call.
-func (n *Node) ExtendMany(ctx context.Context, items []redlock.ExtendItem) ([]bool, error) {
+func (n *Node) ExtendMany(ctx context.Context, items []redlock.ExtendItem) ([]redlock.ExtendOutcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, n.wrap(ctx, "extend many", err)
 	}
@@ -37,9 +37,11 @@ func (n *Node) ExtendMany(ctx context.Context, items []redlock.ExtendItem) ([]bo
 	if len(reply) != len(items) {
 		return nil, n.wrap(ctx, "extend many", fmt.Errorf("%d answers for %d keys", len(reply), len(items)))
 	}
-	out := make([]bool, len(reply))
+	out := make([]redlock.ExtendOutcome, len(reply))
 	for i, r := range reply {
-		out[i] = r == 1
+		if out[i], err = extendOutcome(r); err != nil {
+			return nil, n.wrap(ctx, "extend many", err)
+		}
 	}
 	return out, nil
 }

@@ -1,6 +1,8 @@
 -- Extend: reset the ttl of KEYS[1] to ARGV[2] milliseconds if it holds
--- ARGV[1]; claim it again if it is absent. Returns 1 on success, 0 when
--- another value holds the key.
+-- ARGV[1]; claim it again if it is absent. Returns 1 when renewed, 2 when
+-- reclaimed (the caller must not count it: the key may have lapsed
+-- everywhere and been granted to another meanwhile), 0 when another value
+-- holds the key.
 local key, value, ttl = KEYS[1], ARGV[1], ARGV[2]
 
 local current = redis.call('GET', key)
@@ -13,7 +15,7 @@ end
 -- a holder that still owns a quorum repair the lagging minority.
 if current == false then
 	redis.call('SET', key, value, 'PX', ttl)
-	return 1
+	return 2
 end
 
 return 0

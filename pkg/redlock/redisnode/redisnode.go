@@ -276,15 +276,28 @@ func (n *Node) Acquire(ctx context.Context, key, value string, ttl time.Duration
 }
 
 // Extend implements redlock.Node.
-func (n *Node) Extend(ctx context.Context, key, value string, ttl time.Duration) (bool, error) {
+func (n *Node) Extend(ctx context.Context, key, value string, ttl time.Duration) (redlock.ExtendOutcome, error) {
 	if err := ctx.Err(); err != nil {
-		return false, n.wrap(ctx, "extend", err)
+		return redlock.ExtendHeldByOther, n.wrap(ctx, "extend", err)
 	}
-	extended, err := n.pipe.run(ctx, extendScript, []string{key}, value, milliseconds(ttl)).Bool()
+	reply, err := n.pipe.run(ctx, extendScript, []string{key}, value, milliseconds(ttl)).Int64()
 	if err != nil {
-		return false, n.wrap(ctx, "extend", err)
+		return redlock.ExtendHeldByOther, n.wrap(ctx, "extend", err)
 	}
-	return extended, nil
+	outcome, err := extendOutcome(reply)
+	if err != nil {
+		return redlock.ExtendHeldByOther, n.wrap(ctx, "extend", err)
+	}
+	return outcome, nil
+}
+
+// extendOutcome checks a script's extend answer.
+func extendOutcome(reply int64) (redlock.ExtendOutcome, error) {
+	switch o := redlock.ExtendOutcome(reply); o {
+	case redlock.ExtendHeldByOther, redlock.ExtendRenewed, redlock.ExtendReclaimed:
+		return o, nil
+	}
+	return 0, fmt.Errorf("unexpected script reply %d", reply)
 }
 
 // Release implements redlock.Node.

@@ -239,8 +239,8 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 		if ok, _, err := n.Acquire(ctx, "k", "A", time.Minute); err != nil || !ok {
 			t.Fatalf("Acquire = %v, %v", ok, err)
 		}
-		if ok, err := n.Extend(ctx, "k", "A", time.Minute); err != nil || !ok {
-			t.Fatalf("Extend = %v, %v", ok, err)
+		if outcome, err := n.Extend(ctx, "k", "A", time.Minute); err != nil || outcome != redlock.ExtendRenewed {
+			t.Fatalf("Extend = %v, %v", outcome, err)
 		}
 		if value, _, err := n.Get(ctx, "k"); err != nil || value != "A" {
 			t.Fatalf("Get = %q, %v", value, err)
