@@ -109,10 +109,10 @@ func StartSidecarGroups(groups [][]string, cfg SidecarConfig) (*Sidecar, error) 
 		}
 		locker = router
 	}
-	setEligible := func(i int, eligible bool) {
+	setEligible := func(i int, e redlock.Eligibility) {
 		for g, l := range lockers {
 			if i < len(groups[g]) {
-				l.SetEligible(i, eligible)
+				l.SetEligibility(i, e)
 				return
 			}
 			i -= len(groups[g])

@@ -254,11 +254,11 @@ func healthGroups(groups []quorumGroup) []health.Group {
 
 // setEligible routes the guards' verdict on master i (in allNodes order)
 // to its group's Locker.
-func setEligible(groups []quorumGroup) func(i int, eligible bool) {
-	return func(i int, eligible bool) {
+func setEligible(groups []quorumGroup) func(i int, e redlock.Eligibility) {
+	return func(i int, e redlock.Eligibility) {
 		for _, g := range groups {
 			if i < len(g.nodes) {
-				g.locker.SetEligible(i, eligible)
+				g.locker.SetEligibility(i, e)
 				return
 			}
 			i -= len(g.nodes)

@@ -46,18 +46,29 @@ func (n infoNode) ServerInfo(ctx context.Context) (redlock.ServerInfo, error) {
 type quorumView struct {
 	mu       sync.Mutex
 	eligible map[int]bool
+	verdicts map[int]redlock.Eligibility
 }
 
-func (q *quorumView) Set(i int, ok bool) {
+func (q *quorumView) Set(i int, e redlock.Eligibility) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.eligible[i] = ok
+	q.eligible[i] = e.Eligible
+	if q.verdicts == nil {
+		q.verdicts = map[int]redlock.Eligibility{}
+	}
+	q.verdicts[i] = e
 }
 
 func (q *quorumView) Get(i int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.eligible[i]
+}
+
+func (q *quorumView) Verdict(i int) redlock.Eligibility {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.verdicts[i]
 }
 
 // logRecorder keeps "LEVEL message master" lines.

@@ -140,10 +140,10 @@ type Config struct {
 	// Fencing says fence counters live on the masters, so a master that may
 	// lose writes is warned about (once) and shown in the report.
 	Fencing bool
-	// SetEligible decides whether master i (in the order given to New)
-	// counts towards a quorum; pass redlock.Locker.SetEligible. nil only
-	// reports.
-	SetEligible func(i int, eligible bool)
+	// SetEligible tells the lockers whether master i (in the order given
+	// to New) counts towards a quorum, and over which connections; pass
+	// redlock.Locker.SetEligibility. nil only reports.
+	SetEligible func(i int, e redlock.Eligibility)
 	// Logger receives the guards' findings (default: discarded).
 	Logger *slog.Logger
 
@@ -171,6 +171,9 @@ type Checker struct {
 
 	round  sync.Mutex // one round at a time: rounds update guards
 	guards guards
+	// wake asks Run for a round now: a master opened a connection that no
+	// round has judged, and lock calls do not count it until one does.
+	wake chan struct{}
 
 	mu   sync.RWMutex
 	last Report
@@ -201,24 +204,28 @@ func New(nodes []redlock.Node, quorum int, cfg Config) (*Checker, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.SetEligible == nil {
-		cfg.SetEligible = func(int, bool) {}
+		cfg.SetEligible = func(int, redlock.Eligibility) {}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Checker{nodes: nodes, cfg: cfg, guards: newGuards(len(nodes))}
+	c := &Checker{nodes: nodes, cfg: cfg, guards: newGuards(len(nodes)), wake: make(chan struct{}, 1)}
 	states := make([]NodeState, len(nodes))
 	unjudged := cfg.RestartGuard == 0 // nothing to wait for
 	for i, n := range nodes {
 		states[i] = NodeState{Addr: n.Addr(), Error: "not checked yet", Eligible: unjudged}
-		cfg.SetEligible(i, unjudged)
+		cfg.SetEligible(i, redlock.Eligibility{Eligible: unjudged, AnyConnection: unjudged, Why: "not judged by a health round yet"})
+		if notifier, ok := n.(redlock.ConnectionNotifier); ok && !unjudged {
+			notifier.NotifyConnections(c.Wake)
+		}
 	}
 	c.last = c.summarise(states)
 	c.last.Ready = false // not before the first round
 	return c, nil
 }
 
-// Run checks at once, then every interval, until ctx ends.
+// Run checks at once, then every interval and whenever Wake asks, until
+// ctx ends.
 func (c *Checker) Run(ctx context.Context) {
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
@@ -228,7 +235,20 @@ func (c *Checker) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-c.wake:
 		}
+	}
+}
+
+// Wake asks Run for a round as soon as the current one (if any) is over.
+// Nodes call it when they open a connection (redlock.ConnectionNotifier),
+// so a master that came back is judged within a round trip rather than an
+// interval; until then lock calls do not count its answers. It never
+// blocks: wake-ups coalesce.
+func (c *Checker) Wake() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -244,12 +264,16 @@ func (c *Checker) Check(ctx context.Context) Report {
 	for i, n := range c.nodes {
 		current, openedAtInfo := c.infoCurrent(i, now)
 		returning := c.guards.nodes[i].unverified
-		wg.Go(func() { obs[i] = c.observe(ctx, n, current, openedAtInfo, returning) })
+		wg.Go(func() {
+			conns := connectionsOpened(n)
+			obs[i] = c.observe(ctx, n, current, openedAtInfo, returning)
+			obs[i].judgedAt = conns
+		})
 	}
 	wg.Wait()
 	states, events := c.judge(obs)
 	for i, s := range states {
-		c.cfg.SetEligible(i, s.Eligible)
+		c.cfg.SetEligible(i, c.eligibilityOf(i, s, obs[i].judgedAt))
 	}
 	r := c.summarise(states)
 	r.GuardEvents = events
@@ -263,15 +287,37 @@ func (c *Checker) Check(ctx context.Context) Report {
 	return r
 }
 
+// connectionsOpened is n's connection count, 0 for nodes that keep none.
+func connectionsOpened(n redlock.Node) uint64 {
+	if counter, ok := n.(redlock.ConnectionCounter); ok {
+		return counter.ConnectionsOpened()
+	}
+	return 0
+}
+
+// eligibilityOf is the verdict handed to the lockers on master i. It holds
+// only over the connections opened before this round observed the master
+// (judgedAt), unless a restart could not cost it keys (durable, or no
+// restart guard), in which case any connection will do.
+func (c *Checker) eligibilityOf(i int, s NodeState, judgedAt uint64) redlock.Eligibility {
+	m := &c.guards.nodes[i]
+	e := redlock.Eligibility{Eligible: s.Eligible, JudgedAt: judgedAt, AnyConnection: !c.restartProbation(m.last), Why: s.Problem}
+	if s.ProbationRemaining > 0 {
+		e.Until = m.probationUntil
+	}
+	return e
+}
+
 // observation is what one round saw of one master.
 type observation struct {
-	state   NodeState
-	reader  bool                // the node can describe its server
-	info    *redlock.ServerInfo // nil when not read
-	infoAt  time.Time           // when info arrived
-	opened  uint64              // connections opened before info was read
-	current bool                // info not read: the last one still holds
-	err     error               // why info was not read, for a reader that is up
+	judgedAt uint64 // the connections opened before the master was observed
+	state    NodeState
+	reader   bool                // the node can describe its server
+	info     *redlock.ServerInfo // nil when not read
+	infoAt   time.Time           // when info arrived
+	opened   uint64              // connections opened before info was read
+	current  bool                // info not read: the last one still holds
+	err      error               // why info was not read, for a reader that is up
 }
 
 // infoCurrent reports whether master i's last server info still holds,

@@ -2,6 +2,7 @@ package health_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -116,4 +117,81 @@ func TestRealMasterRestartIsCaughtWhileRoundsOnlyPing(t *testing.T) {
 			t.Fatalf("restart not caught in 3 rounds: %+v", r.Nodes[0])
 		}
 	}
+}
+
+// Kleppmann's scenario against real masters: A holds the lock on {m0, m1}
+// (m2 missed it); m1 is killed and restarts empty; B asks before any round
+// has judged it again. m1's answer comes over a connection no round has
+// judged, so B must not win {m1, m2}. Then, with rounds running only when
+// woken, a new connection wakes a round at once, which puts the restarted
+// master on probation, and B's error says so.
+func TestRealRestartedMasterIsNotCountedBeforeARoundJudgesIt(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	nodes := redisMasters(t, servers)
+	locker, err := redlock.New(nodes, redlock.Config{NodeTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := health.New(nodes, 2, health.Config{
+		Interval: time.Hour, RestartGuard: time.Second, Timeout: time.Second, SetEligible: locker.SetEligibility,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkUntil(t, c, 10*time.Second, "fresh masters eligible", func(r health.Report) bool { return eligible(r) == "EEE" })
+	ctx := t.Context()
+	for _, s := range servers[:2] { // A's keys, as its grant left them
+		if err := rawClient(t, s).Set(ctx, "k", "A", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	servers[1].Kill()
+	servers[1].Restart(t)
+	if _, err := locker.Acquire(ctx, "k", "B", time.Minute); err == nil {
+		t.Fatal("B was granted the lock over the restarted master while A still held it")
+	} else {
+		t.Logf("B before any round: %v", err)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	checkUntilReport(t, c, 5*time.Second, func(r health.Report) bool { return r.Nodes[1].ProbationRemaining > 0 })
+
+	servers[2].Kill()
+	servers[2].Restart(t)
+	began := time.Now()
+	_, err = locker.Acquire(ctx, "k", "B", time.Minute) // reconnects to m2, which wakes a round
+	took := checkUntilReport(t, c, 5*time.Second, func(r health.Report) bool { return r.Nodes[2].ProbationRemaining > 0 })
+	t.Logf("a round judged the reconnected m2 %v after the call began (rounds every hour otherwise)", time.Since(began))
+	_ = took
+	_, err = locker.Acquire(ctx, "k", "B", time.Minute)
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) {
+		t.Fatalf("B with two masters on probation: %v, want a QuorumError", err)
+	}
+	if !strings.Contains(err.Error(), "probation") || qe.RetryAfter <= 0 {
+		t.Errorf("error %q (retry after %v) does not name the probation and its end", err, qe.RetryAfter)
+	}
+}
+
+// checkUntilReport polls the last report (without running rounds itself).
+func checkUntilReport(t *testing.T, c *health.Checker, within time.Duration, cond func(health.Report) bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond(c.Report()) {
+		if time.Since(start) > within {
+			t.Fatalf("not within %v; last report %+v", within, c.Report())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func rawClient(t *testing.T, s *redistest.Server) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

@@ -56,14 +56,17 @@ func (l *Locker) extendChunk(ctx context.Context, items []ExtendItem, grants []G
 		})
 	}
 	wg.Wait()
+	for i := range l.nodes {
+		if nodeErrs[i] == nil {
+			nodeErrs[i] = l.counted(i)
+		}
+	}
 	for k, it := range items {
 		replies := make([]reply, len(l.nodes))
 		for i := range l.nodes {
 			switch {
 			case nodeErrs[i] != nil:
 				replies[i] = reply{err: nodeErrs[i]}
-			case !l.eligible[i].Load():
-				replies[i] = reply{err: errIneligible}
 			default:
 				replies[i] = extendReply(answers[i][k], nil)
 			}

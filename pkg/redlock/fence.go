@@ -119,7 +119,7 @@ func (l *Locker) commitFence(ctx context.Context, key, value string, fence int64
 	t := tally(commits)
 	if ttl == 0 {
 		if t.ok < l.quorum {
-			return Grant{}, fmt.Errorf("committing the fence: %w: %d of %d masters committed, %d needed", ErrNoQuorum, t.ok, t.total, l.quorum)
+			return Grant{}, fmt.Errorf("committing the fence: %w", l.noQuorum("committed", commits, t))
 		}
 		return Grant{}, nil
 	}

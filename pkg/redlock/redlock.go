@@ -105,7 +105,7 @@ type Holder struct {
 // concurrent use.
 type Locker struct {
 	nodes       []Node
-	eligible    []atomic.Bool // a node's successes count towards a quorum
+	eligible    []atomic.Pointer[Eligibility] // nil: no guard, answers count
 	quorum      int
 	nodeTimeout time.Duration
 	driftFactor float64
@@ -148,7 +148,7 @@ func New(nodes []Node, cfg Config) (*Locker, error) {
 	}
 	l := &Locker{
 		nodes:          nodes,
-		eligible:       make([]atomic.Bool, len(nodes)),
+		eligible:       make([]atomic.Pointer[Eligibility], len(nodes)),
 		quorum:         len(nodes)/2 + 1,
 		nodeTimeout:    cfg.NodeTimeout,
 		driftFactor:    cfg.DriftFactor,
@@ -156,21 +156,8 @@ func New(nodes []Node, cfg Config) (*Locker, error) {
 		fencing:        cfg.Fencing,
 		fenceRetention: cfg.FenceRetention,
 	}
-	for i := range l.eligible {
-		l.eligible[i].Store(true)
-	}
 	return l, nil
 }
-
-// SetEligible decides whether node i (in configuration order) counts
-// towards a quorum. An ineligible node is still written to and released
-// on, but its answers are treated as failures: the safety guards use this
-// to keep a master that restarted empty out of every majority until the
-// keys it forgot would have lapsed anyway.
-func (l *Locker) SetEligible(i int, eligible bool) { l.eligible[i].Store(eligible) }
-
-// Eligible reports whether node i counts towards a quorum.
-func (l *Locker) Eligible(i int) bool { return l.eligible[i].Load() }
 
 // Quorum is the number of masters that make a majority.
 func (l *Locker) Quorum() int { return l.quorum }
@@ -303,7 +290,7 @@ func (l *Locker) majorityHolder(replies []reply, start time.Time) Holder {
 // judge applies the quorum and validity rules to one round of replies.
 func (l *Locker) judge(t counts, start time.Time, ttl time.Duration) (Grant, error) {
 	if t.ok < l.quorum {
-		return Grant{}, fmt.Errorf("%w: %d of %d masters accepted, %d needed%s", ErrNoQuorum, t.ok, t.total, l.quorum, t.detail())
+		return Grant{}, l.noQuorum("accepted", t.replies, t)
 	}
 	validUntil := start.Add(ttl - l.Drift(ttl))
 	if !l.now().Before(validUntil) {
@@ -362,19 +349,13 @@ type reply struct {
 	err       error // the master did not answer usefully
 }
 
-type counts struct{ ok, held, reclaimed, failed, total int }
-
-// detail says why masters that did not accept are missing, when that is
-// more than "no answer".
-func (c counts) detail() string {
-	if c.reclaimed == 0 {
-		return ""
-	}
-	return fmt.Sprintf(" (%d had lost the key and do not count)", c.reclaimed)
+type counts struct {
+	ok, held, reclaimed, failed, total int
+	replies                            []reply // what was counted, for error messages
 }
 
 func tally(replies []reply) counts {
-	c := counts{total: len(replies)}
+	c := counts{total: len(replies), replies: replies}
 	for _, r := range replies {
 		switch {
 		case r.err != nil:
@@ -406,12 +387,16 @@ func fanOut(ctx context.Context, l *Locker, call func(context.Context, Node) rep
 	return l.discountIneligible(replies)
 }
 
-// discountIneligible turns the answers of ineligible nodes into failures,
-// after the call was made (so keys are still set and released there).
+// discountIneligible turns the answers of nodes that do not count (see
+// eligibility.go) into failures, after the call was made (so keys are
+// still set and released there).
 func (l *Locker) discountIneligible(replies []reply) []reply {
 	for i := range replies {
-		if !l.eligible[i].Load() && replies[i].err == nil {
-			replies[i] = reply{err: errIneligible}
+		if replies[i].err != nil {
+			continue
+		}
+		if err := l.counted(i); err != nil {
+			replies[i] = reply{err: err}
 		}
 	}
 	return replies
@@ -422,6 +407,3 @@ func callOne(ctx context.Context, timeout time.Duration, n Node, call func(conte
 	defer cancel()
 	return call(ctx, n)
 }
-
-// errIneligible marks the answer of a node kept out of the quorum.
-var errIneligible = errors.New("master is not eligible for the quorum (safety guard)")

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -323,11 +325,77 @@ func TestIneligibleMastersDoNotCount(t *testing.T) {
 		_, nodes := masters(3)
 		l := newLocker(t, nodes)
 		for _, i := range members(out, 3) {
-			l.SetEligible(i, false)
+			l.SetEligibility(i, redlock.Eligibility{})
 		}
 		_, err := l.Acquire(context.Background(), "k", "v", ttl)
 		if want := 3-len(members(out, 3)) >= 2; want != (err == nil) {
 			t.Errorf("ineligible %v: err=%v, want success=%v", members(out, 3), err, want)
 		}
+	}
+}
+
+// countingNode is a master that counts its connections, as redisnode does;
+// reconnect stands for a restart that broke them.
+type countingNode struct {
+	*memnode.Node
+	opened atomic.Uint64
+}
+
+func (n *countingNode) ConnectionsOpened() uint64 { return n.opened.Load() }
+func (n *countingNode) reconnect()                { n.opened.Add(1) }
+
+// Kleppmann's scenario: A holds the lock on {m0, m1}; m1 restarts empty and
+// B asks before any health round has judged it. m1's answer came over a
+// new connection, so it must not count, and B must not win {m1, m2}.
+func TestAnswersOverAnUnjudgedConnectionDoNotCount(t *testing.T) {
+	mem, _ := masters(3)
+	nodes := make([]redlock.Node, 3)
+	counting := make([]*countingNode, 3)
+	for i, m := range mem {
+		counting[i] = &countingNode{Node: m}
+		nodes[i] = counting[i]
+	}
+	l := newLocker(t, nodes)
+	for i := range nodes {
+		l.SetEligibility(i, redlock.Eligibility{Eligible: true})
+	}
+	mem[0].Acquire(context.Background(), "k", "A", time.Minute)
+	mem[1].Acquire(context.Background(), "k", "A", time.Minute)
+	mem[1].Restart()
+	counting[1].reconnect()
+	_, err := l.Acquire(context.Background(), "k", "B", time.Minute)
+	if !errors.Is(err, redlock.ErrLockHeld) && !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("B acquired over the restarted master: err = %v", err)
+	}
+	// Judged again (here: as if its probation were over), it counts.
+	l.SetEligibility(1, redlock.Eligibility{Eligible: true, JudgedAt: 1})
+	mem[0].Release(context.Background(), "k", "A")
+	if _, err := l.Acquire(context.Background(), "k", "B", time.Minute); err != nil {
+		t.Fatalf("after the round judged it: %v", err)
+	}
+}
+
+// A quorum missed because masters sit out a restart probation says so,
+// and when enough of them count again.
+func TestNoQuorumNamesTheProbationAndWhenItEnds(t *testing.T) {
+	_, nodes := masters(3)
+	now := time.Now()
+	l, err := redlock.New(nodes, redlock.Config{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, back := range []time.Duration{4 * time.Second, 2 * time.Second, 9 * time.Second} {
+		l.SetEligibility(i, redlock.Eligibility{Why: "restart probation", Until: now.Add(back)})
+	}
+	_, err = l.Acquire(context.Background(), "k", "v", ttl)
+	var qe *redlock.QuorumError
+	if !errors.As(err, &qe) || !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("err = %v, want a QuorumError", err)
+	}
+	if qe.RetryAfter != 4*time.Second {
+		t.Errorf("RetryAfter = %v, want 4s (the second master back makes a majority)", qe.RetryAfter)
+	}
+	if !strings.Contains(err.Error(), "restart probation") || !strings.Contains(err.Error(), "3 kept out") {
+		t.Errorf("message %q does not name the probation", err)
 	}
 }

@@ -37,8 +37,9 @@ import (
 )
 
 var (
-	_ redlock.Node              = (*Node)(nil)
-	_ redlock.ConnectionCounter = (*Node)(nil)
+	_ redlock.Node               = (*Node)(nil)
+	_ redlock.ConnectionCounter  = (*Node)(nil)
+	_ redlock.ConnectionNotifier = (*Node)(nil)
 )
 
 var (
@@ -133,6 +134,8 @@ type Node struct {
 	// redlock.ConnectionCounter); the subscription's do not count, as
 	// the health checker never uses it.
 	opened *atomic.Uint64
+	// onConnection is told of every command connection counted.
+	onConnection *atomic.Pointer[func()]
 }
 
 // New returns a Node for the master at opts.Addr. It does not connect: the
@@ -145,16 +148,17 @@ func New(opts Options) *Node {
 	opts.MaxConns = max(opts.MaxConns, DefaultMaxConns)
 	pipelines := opts.MaxConns - 1 // the other one is the regular pool's
 
-	opened := new(atomic.Uint64)
+	opened, onConnection := new(atomic.Uint64), new(atomic.Pointer[func()])
 	commandOpts := clientOptions(opts, opts.ClientName, pipelines)
-	commandOpts.OnConnect = counted(commandOpts.OnConnect, opened)
+	commandOpts.OnConnect = counted(commandOpts.OnConnect, opened, onConnection)
 	client := redis.NewClient(commandOpts)
 	n := &Node{
-		addr:       opts.Addr,
-		client:     client,
-		subscriber: redis.NewClient(clientOptions(opts, opts.ClientName+SubscriptionSuffix, pipelines)),
-		pipe:       newPipeliner(client, pipelines),
-		opened:     opened,
+		addr:         opts.Addr,
+		client:       client,
+		subscriber:   redis.NewClient(clientOptions(opts, opts.ClientName+SubscriptionSuffix, pipelines)),
+		pipe:         newPipeliner(client, pipelines),
+		opened:       opened,
+		onConnection: onConnection,
 	}
 	n.pipe.setOnQueueWait(opts.OnQueueWait)
 	n.releases.idle = cmp.Or(opts.SubscriptionIdle, DefaultSubscriptionIdle)
@@ -240,15 +244,21 @@ func nameConnection(name string) func(context.Context, *redis.Conn) error {
 	}
 }
 
-// counted counts every connection that reaches onConnect, before it runs:
-// a connection that then fails still counts, which errs towards reading
-// the server info again.
-func counted(onConnect func(context.Context, *redis.Conn) error, n *atomic.Uint64) func(context.Context, *redis.Conn) error {
+// counted counts every connection that reaches onConnect, before it runs,
+// and tells notify: a connection that then fails still counts, which errs
+// towards judging the master again.
+func counted(onConnect func(context.Context, *redis.Conn) error, n *atomic.Uint64, notify *atomic.Pointer[func()]) func(context.Context, *redis.Conn) error {
 	return func(ctx context.Context, cn *redis.Conn) error {
 		n.Add(1)
+		if f := notify.Load(); f != nil {
+			(*f)()
+		}
 		return onConnect(ctx, cn)
 	}
 }
+
+// NotifyConnections implements redlock.ConnectionNotifier.
+func (n *Node) NotifyConnections(f func()) { n.onConnection.Store(&f) }
 
 // ConnectionsOpened implements redlock.ConnectionCounter: the command
 // connections dialled so far.
