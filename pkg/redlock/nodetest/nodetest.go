@@ -91,6 +91,13 @@ func Run(t *testing.T, newNode func(t *testing.T) redlock.Node) {
 		{"FenceNotReadForAHeldKey", testFenceHeldByOther},
 		// Skipped for nodes that do not implement redlock.BatchExtender.
 		{"ExtendManyIsExtendForEach", testExtendMany},
+		// Skipped for nodes that do not implement redlock.MemberRecorder.
+		{"MembersRecorded", testMembersRecorded},
+		{"MembersTwoListsLive", testMembersTwoListsLive},
+		{"MembersExpire", testMembersExpire},
+		{"MembersRefreshNeverShortens", testMembersRefresh},
+		{"MembersKeyVanishes", testMembersKeyVanishes},
+		{"MembersFinishedContext", testMembersFinishedContext},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
