@@ -13,13 +13,19 @@ type EventKind string
 // Event kinds.
 const (
 	EventRenewed EventKind = "renewed" // a quorum confirmed the lock again
-	EventEnded   EventKind = "ended"   // the lease is over; Reason says why
+	// EventExpiring: renewals keep failing and the validity ends within a
+	// renewal interval; stop acting by ValidUntil unless renewed first.
+	EventExpiring EventKind = "expiring"
+	EventEnded    EventKind = "ended" // the lease is over; Reason says why
 )
 
 // Event is one thing that happened to a lease.
 type Event struct {
-	Kind       EventKind
-	ValidUntil time.Time // for EventRenewed
+	Kind EventKind
+	// ValidUntil is the lease's promise as of the event (renewed, expiring),
+	// and for an end at shutdown the promise that still stands: the keys
+	// are left to lapse, not deleted, so the caller may finish until then.
+	ValidUntil time.Time
 	Reason     EndReason // for EventEnded
 }
 
@@ -56,8 +62,12 @@ func (m *Manager) Watch(name, token string) (events <-chan Event, cancel func(),
 	return s.ch, cancel, nil
 }
 
-// publish sends a renewal to every subscriber that has room for it.
+// publish sends a renewal or warning to every subscriber that has room
+// for it; a zero Event is nothing to publish.
 func (l *lease) publish(e Event) {
+	if e.Kind == "" {
+		return
+	}
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
 	for s := range l.subscribers {
@@ -69,9 +79,13 @@ func (l *lease) publish(e Event) {
 
 // closeSubscribersLocked delivers the final event and closes every
 // subscription. The caller holds the Manager's lock.
-func (l *lease) closeSubscribersLocked(reason EndReason) {
+func (l *lease) closeSubscribersLocked(reason EndReason, valid time.Time) {
+	e := Event{Kind: EventEnded, Reason: reason}
+	if reason == EndShutdown {
+		e.ValidUntil = valid
+	}
 	for s := range l.subscribers {
-		s.ch <- Event{Kind: EventEnded, Reason: reason}
+		s.ch <- e
 		close(s.ch)
 		delete(l.subscribers, s)
 	}

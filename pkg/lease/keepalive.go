@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -39,16 +40,30 @@ type lease struct {
 	// maxHoldAt ends the lease whatever the caller does (zero: no cap).
 	maxHoldAt time.Time
 
-	// Guarded by the Manager's lock: the event subscribers, and the
-	// renewal slot the lease waits in (see renewer.go; -1 once ended).
+	// Guarded by the Manager's lock: the event subscribers, the renewal
+	// slot the lease waits in (see renewer.go; -1 once ended), and the
+	// batch renewal in flight (closed when its answers are applied).
 	subscribers map[*subscriber]struct{}
 	renewSlot   int64
+	renewing    chan struct{}
+	// expiringSent: the caller was warned that renewal keeps failing
+	// (cleared by the next success).
+	expiringSent bool
 
 	// Written under opMu and the Manager's lock; read under the latter.
-	ttl        time.Duration
-	keyTTL     time.Duration
-	expiresAt  time.Time
-	validUntil time.Time
+	ttl       time.Duration
+	expiresAt time.Time
+	// keyTTL is the ttl put on the masters. It only ever falls during a
+	// lease (see cutKeyTTLLocked): a write with a shorter ttl still in
+	// flight could otherwise land last and end the keys before a longer
+	// validity computed from a later round.
+	keyTTL time.Duration
+	// keysValidUntil is until when a majority holds the keys, drift taken
+	// off: the renewals' grants, never later than a ttl cut allows.
+	keysValidUntil time.Time
+	// The last cut of keyTTL: when, and the validity a write sent from
+	// then on may still leave; rounds that began before it are held to it.
+	cutAt, cutCap time.Time
 }
 
 func newLease(m *Manager, req Request) (*lease, error) {
@@ -105,6 +120,8 @@ func (l *lease) startTimers() {
 }
 
 // lapsed ends the lease unless a heartbeat moved its expiry meanwhile.
+// Every promise was capped at the lease's expiry, so deleting the keys now
+// breaks none.
 func (l *lease) lapsed() {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
@@ -176,25 +193,63 @@ func (l *lease) renewInterval() time.Duration { return l.keyTTL / 3 }
 // retryInterval spaces renewals after a failed one.
 func (l *lease) retryInterval() time.Duration { return max(l.keyTTL/10, 10*time.Millisecond) }
 
-// confirm extends the key on a quorum while the previous grant is still
-// valid; after that the lock may have been free and granted to another, so
-// it is lost even if the keys could be set again.
+// expiringMargin is how close to the end of its validity a lease whose
+// renewals keep failing warns its caller (EventExpiring): a renewal
+// interval, so a caller has about a third of the key ttl to stop.
+func (l *lease) expiringMargin() time.Duration { return l.renewInterval() }
+
+// confirm extends the key on a quorum, as the renewer does for many.
 func (l *lease) confirm() error {
-	now := l.m.cfg.Now()
-	if !now.Before(l.snapshot().ValidUntil) {
+	l.m.mu.Lock()
+	start, keyTTL := l.m.cfg.Now(), l.keyTTL
+	valid := start.Before(l.keysValidUntil)
+	l.m.mu.Unlock()
+	if !valid {
 		return ErrLeaseGone
 	}
-	grant, err := l.m.locker.Extend(context.Background(), l.key, l.value, l.keyTTL)
-	if errors.Is(err, redlock.ErrNotHeld) {
+	grant, err := l.m.locker.Extend(context.Background(), l.key, l.value, keyTTL)
+	return l.applyRenewal(start, grant, err)
+}
+
+// applyRenewal records the verdict of an extend round that began at start
+// (read under the Manager's lock, after the ttl it used). A round that ends
+// after the keys' validity has run out loses the lease even if it
+// succeeded: the lock may have been free, and granted and released,
+// meanwhile. A grant moves the validity later, never beyond what a ttl cut
+// made since the round began allows. The error matches ErrLeaseGone when
+// the lease is lost.
+func (l *lease) applyRenewal(start time.Time, g redlock.Grant, err error) error {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	switch {
+	case errors.Is(err, redlock.ErrNotHeld):
 		return errors.Join(ErrLeaseGone, err)
-	}
-	if err != nil {
+	case !l.m.cfg.Now().Before(l.keysValidUntil):
+		return fmt.Errorf("%w: the renewal ended after the lock's validity ran out (%v)", ErrLeaseGone, err)
+	case err != nil:
 		return err
 	}
-	l.m.mu.Lock()
-	l.validUntil = later(l.validUntil, grant.ValidUntil)
-	l.m.mu.Unlock()
+	v := g.ValidUntil
+	if start.Before(l.cutAt) {
+		v = earlier(v, l.cutCap)
+	}
+	l.keysValidUntil = later(l.keysValidUntil, v)
 	return nil
+}
+
+// cutKeyTTLLocked lowers the key ttl for a caller ttl that needs a shorter
+// one. A write with the shorter ttl may land from now on, after any write
+// in flight, so the keys may end at now + keyTTL - drift: the validity is
+// cut to that at once, and rounds that began earlier are held to it. The
+// caller holds the Manager's lock.
+func (l *lease) cutKeyTTLLocked(keyTTL time.Duration) {
+	if keyTTL >= l.keyTTL {
+		return
+	}
+	now := l.m.cfg.Now()
+	l.keyTTL = keyTTL
+	l.cutAt, l.cutCap = now, now.Add(keyTTL-l.m.locker.Drift(keyTTL))
+	l.keysValidUntil = earlier(l.keysValidUntil, l.cutCap)
 }
 
 // extend is the caller's heartbeat: the lease is pushed out and the lock
@@ -208,7 +263,7 @@ func (l *lease) extend(ttl time.Duration) (Info, error) {
 	l.m.mu.Lock()
 	if ttl != 0 {
 		l.ttl = ttl
-		l.keyTTL = l.m.keyTTL(ttl)
+		l.cutKeyTTLLocked(l.m.keyTTL(ttl))
 	}
 	l.expiresAt = now.Add(l.ttl)
 	l.m.mu.Unlock()
@@ -217,32 +272,86 @@ func (l *lease) extend(ttl time.Duration) (Info, error) {
 	if errors.Is(err, ErrLeaseGone) {
 		return Info{}, err
 	}
+	l.m.mu.Lock()
+	var e Event
 	if err == nil {
-		l.m.mu.Lock()
-		l.m.scheduleLocked(l, now.Add(l.renewInterval()))
-		l.m.mu.Unlock()
+		l.m.scheduleLocked(l, l.m.cfg.Now().Add(l.renewInterval()))
+		e = l.renewedLocked()
+	} else {
+		e = l.renewalFailedLocked(err)
 	}
+	l.m.mu.Unlock()
+	l.publish(e)
 	// A transient miss leaves the lease valid until its last ValidUntil.
-	info := l.info(true)
-	if err == nil {
-		l.publish(Event{Kind: EventRenewed, ValidUntil: info.ValidUntil})
-	}
-	return info, nil
+	return l.info(true), nil
 }
 
-// end releases the key on every master and forgets the lease.
+// renewedLocked notes a successful renewal and returns its event. The
+// caller holds the Manager's lock.
+func (l *lease) renewedLocked() Event {
+	l.expiringSent = false
+	return Event{Kind: EventRenewed, ValidUntil: l.validUntilLocked()}
+}
+
+// renewalFailedLocked notes a failed renewal and returns the event to
+// publish, if any: the first time the validity is within the margin, the
+// caller is warned while it can still stop in time. The caller holds the
+// Manager's lock.
+func (l *lease) renewalFailedLocked(cause error) Event {
+	left := l.keysValidUntil.Sub(l.m.cfg.Now())
+	if l.expiringSent || left > l.expiringMargin() {
+		return Event{}
+	}
+	l.expiringSent = true
+	valid := l.validUntilLocked()
+	l.m.log.Warn("lock expiring: renewals keep failing", "name", l.name, "owner", l.owner,
+		"valid_for", left.Round(time.Millisecond), "cause", cause)
+	return Event{Kind: EventExpiring, ValidUntil: valid}
+}
+
+// validUntilLocked is the promise the lease makes now: the keys' validity,
+// never past the caller's lease (which ends it) or its cap. Every answer
+// and event publishes this. The caller holds the Manager's lock.
+func (l *lease) validUntilLocked() time.Time {
+	v := l.keysValidUntil
+	if !l.hold {
+		v = earlier(v, l.expiresAt)
+	}
+	if !l.maxHoldAt.IsZero() {
+		v = earlier(v, l.maxHoldAt)
+	}
+	return v
+}
+
+// end forgets the lease and releases its keys on every master, after any
+// batch renewal of it in flight has been answered (else the renewal could
+// re-create the keys after the release). At shutdown the keys are left to
+// lapse instead: the caller may still act until the validity it was
+// promised, and deleting them would let another take the lock before then.
 func (l *lease) end(reason EndReason, cause error) {
-	err := l.m.locker.Release(context.Background(), l.key, l.value)
 	l.m.mu.Lock()
 	delete(l.m.leases, l.name)
 	l.renewSlot = -1
+	renewing := l.renewing
+	valid := l.validUntilLocked()
+	l.m.mu.Unlock()
+	if renewing != nil {
+		<-renewing
+	}
+	var err error
+	if reason != EndShutdown {
+		err = l.m.locker.Release(context.Background(), l.key, l.value)
+	}
+	l.m.mu.Lock()
 	l.m.wakeQueueLocked(l.name)
-	l.closeSubscribersLocked(reason)
+	l.closeSubscribersLocked(reason, valid)
 	l.m.mu.Unlock()
 	l.m.obs.Ended(reason)
 	switch {
 	case reason == EndLost || reason == EndMaxHold:
 		l.m.log.Warn("lock lost", "name", l.name, "owner", l.owner, "cause", cause)
+	case reason == EndShutdown:
+		l.m.log.Info("lock left to lapse: the sidecar is shutting down", "name", l.name, "owner", l.owner, "valid_until", valid)
 	case err != nil:
 		l.m.log.Warn("release did not reach a quorum; keys lapse after their ttl", "name", l.name, "reason", string(reason), "err", err)
 	default:
@@ -266,7 +375,7 @@ func (l *lease) infoLocked(withToken bool) Info {
 		TTL:            l.ttl,
 		AcquiredAt:     l.acquiredAt,
 		LeaseExpiresAt: l.expiresAt,
-		ValidUntil:     l.validUntil,
+		ValidUntil:     l.validUntilLocked(),
 		Fence:          l.fence,
 		Hold:           l.hold,
 		MaxHoldAt:      l.maxHoldAt,

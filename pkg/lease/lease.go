@@ -50,10 +50,13 @@ type HeldError = redlock.HeldError
 
 // Limits of a request, enforced by Manager.
 const (
-	MinTTL      = time.Second
-	MaxOwnerLen = 128
-	MaxNameLen  = 256
-	tokenBytes  = 16 // 128 bits from crypto/rand
+	MinTTL = time.Second
+	// MaxNoQuorumRetry bounds Config.NoQuorumRetry: a try-once acquire
+	// must still fail fast in a real outage.
+	MaxNoQuorumRetry = 5 * time.Second
+	MaxOwnerLen      = 128
+	MaxNameLen       = 256
+	tokenBytes       = 16 // 128 bits from crypto/rand
 )
 
 // Config configures a Manager; Validate reports bad combinations.
@@ -66,9 +69,12 @@ type Config struct {
 	MaxHold    time.Duration // cap on any lease's life (0: none)
 	MaxLocks   int           // live leases at once (0: DefaultMaxLocks); see limits.go
 	MaxWaiters int           // callers waiting at once (0: DefaultMaxWaiters)
-	Now        func() time.Time
-	Observer   Observer
-	Logger     *slog.Logger
+	// NoQuorumRetry is how long a try-once acquire may keep retrying
+	// rounds that found no quorum (0: it answers after one round).
+	NoQuorumRetry time.Duration
+	Now           func() time.Time
+	Observer      Observer
+	Logger        *slog.Logger
 }
 
 // Validate checks the timing rules that keep renewal sound.
@@ -86,6 +92,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max wait %v must not be negative", c.MaxWait)
 	case c.MaxHold < 0:
 		return fmt.Errorf("max hold %v must not be negative", c.MaxHold)
+	case c.NoQuorumRetry < 0 || c.NoQuorumRetry > MaxNoQuorumRetry:
+		return fmt.Errorf("no-quorum retry %v must be within [0s, %v]", c.NoQuorumRetry, MaxNoQuorumRetry)
 	}
 	return c.validateLimits()
 }
@@ -203,7 +211,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Info, error) {
 	if in, ok := m.sameRequest(req); ok {
 		info = in
 	} else if req.Wait == 0 {
-		info, err = m.tryAcquire(ctx, req, false)
+		info, err = m.tryAcquireOnce(ctx, req, start)
 	} else {
 		info, err = m.acquireWaitingWithinLimit(ctx, req, start.Add(req.Wait))
 		m.obs.Waited(outcomeOf(err), m.cfg.Now().Sub(start))
@@ -227,6 +235,35 @@ func (m *Manager) sameRequest(req Request) (Info, bool) {
 	return l.infoLocked(true), true
 }
 
+// tryAcquireOnce is a try-once acquire: it answers at once whether the lock
+// is free, but one round without quorum (a slow answer, a master judged
+// again after reconnecting) is retried while the NoQuorumRetry budget
+// since start allows. Masters held out for longer (a restart probation)
+// or down make it fail as soon as the budget cannot cover a retry.
+func (m *Manager) tryAcquireOnce(ctx context.Context, req Request, start time.Time) (Info, error) {
+	budgetEnd := start.Add(m.cfg.NoQuorumRetry)
+	for {
+		info, err := m.tryAcquire(ctx, req, false)
+		if !errors.Is(err, ErrNoQuorum) {
+			return info, err
+		}
+		pause := noQuorumPause(err)
+		if m.cfg.Now().Add(pause).After(budgetEnd) {
+			return info, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return Info{}, ctx.Err()
+		case <-m.stopping:
+			t.Stop()
+			return Info{}, ErrShuttingDown
+		}
+	}
+}
+
 // tryAcquire makes one round to the masters. A caller outside the queue
 // (fromQueue false) does not jump ahead of waiters.
 func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (Info, error) {
@@ -247,7 +284,7 @@ func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (
 		m.unreserve(req.Name)
 		return Info{}, err
 	}
-	l.validUntil = grant.ValidUntil
+	l.keysValidUntil = grant.ValidUntil
 	l.fence = grant.Fence
 	if err := m.start(l); err != nil {
 		_ = m.locker.Release(ctx, l.key, l.value)
@@ -373,8 +410,11 @@ func (m *Manager) Len() int {
 	return len(m.leases)
 }
 
-// Close stops new acquisitions and releases every lease on the masters,
-// waiting until they are released or ctx ends.
+// Close stops new acquisitions and ends every lease with EndShutdown,
+// waiting until they have ended or ctx ends. It does not delete their keys:
+// a caller told of the end may still act until the valid_until it was
+// promised, so the keys lapse then (within a key ttl) instead. Callers that
+// want a prompt hand-off release before the sidecar stops.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if !m.closing {

@@ -285,10 +285,20 @@ func TestDepartedWaiterHoldsNothing(t *testing.T) {
 	}
 }
 
-func TestCloseReleasesEveryLease(t *testing.T) {
-	f := newFixture(t, 10*time.Second)
-	for i := range 20 {
-		if _, err := f.m.Acquire(context.Background(), lease.Request{Name: fmt.Sprintf("l%d", i)}); err != nil {
+// Shutdown tells every caller first, and leaves the keys to lapse at the
+// valid_until it promised instead of deleting them: a caller may still act
+// until then, so nobody else may take the lock before.
+func TestCloseEndsEveryLeaseAndLeavesItsKeysToLapse(t *testing.T) {
+	f := newFixture(t, time.Second)
+	infos := make([]lease.Info, 5)
+	events := make([]<-chan lease.Event, 5)
+	for i := range infos {
+		in, err := f.m.Acquire(context.Background(), lease.Request{Name: fmt.Sprintf("l%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		infos[i] = in
+		if events[i], _, err = f.m.Watch(in.Name, in.Token); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -297,16 +307,30 @@ func TestCloseReleasesEveryLease(t *testing.T) {
 	if err := f.m.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 20 {
-		if f.heldOnMasters(t, fmt.Sprintf("l%d", i)) {
-			t.Fatalf("l%d still held after Close", i)
+	closed := time.Now()
+	for i, in := range infos {
+		var last lease.Event
+		for e := range events[i] {
+			last = e
+		}
+		if last.Kind != lease.EventEnded || last.Reason != lease.EndShutdown || last.ValidUntil.Before(in.ValidUntil) {
+			t.Fatalf("%s: last event %+v, want ended/shutdown with the promise (valid until %v) still standing", in.Name, last, in.ValidUntil)
+		}
+		if time.Now().Before(last.ValidUntil) && !f.heldOnMasters(t, in.Name) {
+			t.Fatalf("%s: keys deleted at shutdown while the caller was promised %v", in.Name, last.ValidUntil)
 		}
 	}
 	if _, err := f.m.Acquire(context.Background(), lease.Request{Name: "late"}); !errors.Is(err, lease.ErrShuttingDown) {
 		t.Fatalf("acquire after Close: %v", err)
 	}
-	if f.obs.shutdown.Load() != 20 {
-		t.Fatalf("shutdown releases = %d", f.obs.shutdown.Load())
+	if f.obs.shutdown.Load() != 5 {
+		t.Fatalf("shutdown ends = %d", f.obs.shutdown.Load())
+	}
+	time.Sleep(time.Until(closed.Add(1100 * time.Millisecond)))
+	for _, in := range infos {
+		if f.heldOnMasters(t, in.Name) {
+			t.Fatalf("%s still held a key ttl after shutdown", in.Name)
+		}
 	}
 }
 

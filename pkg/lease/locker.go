@@ -18,6 +18,10 @@ type Locker interface {
 	Release(ctx context.Context, key, value string) error
 	Inspect(ctx context.Context, key string) (redlock.Holder, error)
 	WatchReleases(key string, notify func()) (cancel func())
+	// Drift is the clock-drift allowance the algorithm takes off a grant
+	// for a key ttl: a ttl set on the masters at t holds until at least
+	// t + ttl - Drift(ttl) by the sidecar's clock.
+	Drift(ttl time.Duration) time.Duration
 }
 
 var _ Locker = (*redlock.Locker)(nil)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
 // Waiting for a held lock.
@@ -17,7 +19,10 @@ import (
 //     failed acquire returns), which catches holders that died;
 //   - by a jittered fallback poll, since Pub/Sub is best-effort;
 //   - after a short random back-off when a round found no majority for
-//     anyone (a split vote), so racing sidecars do not livelock.
+//     anyone (a split vote), so racing sidecars do not livelock;
+//   - after a back-off when a round found no quorum of masters at all (a
+//     master paused, restarting or on probation): the wait rides over it,
+//     and only a wait that ends without a quorum answers no quorum.
 // A waiter that leaves (its wait or its context ended) leaves the queue and,
 // if it was the head, hands the turn to the next.
 
@@ -31,6 +36,7 @@ const (
 	WakeExpiry WakeSource = "expiry" // the holder's keys could have lapsed
 	WakePoll   WakeSource = "poll"   // the fallback poll
 	WakeSplit  WakeSource = "split"  // back-off after a split vote
+	WakeRetry  WakeSource = "retry"  // back-off after a round without quorum
 )
 
 // Waiting back-offs.
@@ -41,6 +47,10 @@ const (
 	splitHi = 30 * time.Millisecond
 	// expirySlack lets the holder's keys really be gone before retrying.
 	expirySlack = 5 * time.Millisecond
+	// After a round without quorum: long enough for a health round to
+	// judge a master that reconnected, short enough to catch its return.
+	retryLo = 20 * time.Millisecond
+	retryHi = 100 * time.Millisecond
 )
 
 // queue is the FIFO of callers waiting for one name.
@@ -80,11 +90,10 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 	}
 	for {
 		info, err := m.tryAcquire(ctx, req, true)
-		var held *HeldError
-		if !errors.As(err, &held) {
+		pause, timerSource, again := m.nextTry(err)
+		if !again {
 			return info, err
 		}
-		pause, timerSource := m.nextTry(held)
 		t := time.NewTimer(pause)
 		select {
 		case src := <-q.wake:
@@ -105,17 +114,37 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 	}
 }
 
-// nextTry is how long the head sleeps without a wake-up, and what to call
-// that wake-up.
-func (m *Manager) nextTry(held *HeldError) (time.Duration, WakeSource) {
-	if held.RetryAfter == 0 {
-		return jitter(splitLo, splitHi), WakeSplit
+// nextTry says whether a waiting head tries again after err, how long it
+// sleeps without a wake-up, and what to call that wake-up. It tries again
+// while the lock is held elsewhere and while there is no quorum.
+func (m *Manager) nextTry(err error) (time.Duration, WakeSource, bool) {
+	var held *HeldError
+	switch {
+	case errors.As(err, &held):
+		if held.RetryAfter == 0 {
+			return jitter(splitLo, splitHi), WakeSplit, true
+		}
+		poll := jitter(pollLo, pollHi)
+		if lapse := held.RetryAfter + expirySlack; lapse < poll {
+			return lapse, WakeExpiry, true
+		}
+		return poll, WakePoll, true
+	case errors.Is(err, ErrNoQuorum):
+		return noQuorumPause(err), WakeRetry, true
 	}
-	poll := jitter(pollLo, pollHi)
-	if lapse := held.RetryAfter + expirySlack; lapse < poll {
-		return lapse, WakeExpiry
+	return 0, "", false
+}
+
+// noQuorumPause is the back-off after a round without quorum: until the
+// masters a guard holds out are due back, if that is soon, else a short
+// jittered pause (other wake-ups still come).
+func noQuorumPause(err error) time.Duration {
+	pause := jitter(retryLo, retryHi)
+	var qe *redlock.QuorumError
+	if errors.As(err, &qe) && qe.RetryAfter > 0 {
+		pause = min(qe.RetryAfter+expirySlack, jitter(pollLo, pollHi))
 	}
-	return poll, WakePoll
+	return pause
 }
 
 // enqueue appends a waiter to name's queue, creating the queue (and its

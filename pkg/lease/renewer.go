@@ -71,21 +71,24 @@ func (m *Manager) gridEmpty() bool {
 
 // renewDue renews every live lease whose slot has come.
 func (m *Manager) renewDue(now time.Time) {
-	due, items := m.takeDue(now)
+	start, due, items := m.takeDue(now)
 	if len(due) == 0 {
 		return
 	}
 	grants, errs := m.locker.ExtendMany(context.Background(), items)
 	for i, l := range due {
-		m.renewed(l, now, grants[i], errs[i])
+		m.renewed(l, start, grants[i], errs[i])
 	}
 }
 
-// takeDue removes the due leases from the grid. A lease whose validity
-// has already run out is lost, not renewed: the lock may have been free.
-func (m *Manager) takeDue(now time.Time) ([]*lease, []redlock.ExtendItem) {
+// takeDue removes the due leases from the grid and marks them as being
+// renewed (a release waits for the answers). A lease whose validity has
+// already run out is lost, not renewed: the lock may have been free. The
+// round's start is read under the lock, after any ttl cut it must respect.
+func (m *Manager) takeDue(now time.Time) (time.Time, []*lease, []redlock.ExtendItem) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	start := m.cfg.Now()
 	current := slotOf(now)
 	var due []*lease
 	var items []redlock.ExtendItem
@@ -98,41 +101,61 @@ func (m *Manager) takeDue(now time.Time) ([]*lease, []redlock.ExtendItem) {
 			if l.renewSlot != s || m.leases[l.name] != l {
 				continue // rescheduled or ended since
 			}
-			if !now.Before(l.validUntil) {
+			if !start.Before(l.keysValidUntil) {
 				l.lose(ErrLeaseGone)
 				continue
 			}
+			l.renewing = make(chan struct{})
 			due = append(due, l)
 			items = append(items, redlock.ExtendItem{Key: l.key, Value: l.value, TTL: l.keyTTL})
 		}
 	}
-	return due, items
+	return start, due, items
 }
 
-// renewed applies one lease's renewal result.
-func (m *Manager) renewed(l *lease, now time.Time, g redlock.Grant, err error) {
+// renewed applies one lease's renewal result, then lets a release waiting
+// for it go ahead.
+func (m *Manager) renewed(l *lease, start time.Time, g redlock.Grant, err error) {
+	defer l.renewedDone()
 	m.obs.Renewal(err == nil)
-	if errors.Is(err, redlock.ErrNotHeld) {
-		l.lose(errors.Join(ErrLeaseGone, err))
+	if applied := l.applyRenewal(start, g, err); errors.Is(applied, ErrLeaseGone) {
+		l.lose(applied)
 		return
 	}
 	m.mu.Lock()
+	now := m.cfg.Now()
+	var e Event
 	if err == nil {
-		l.validUntil = later(l.validUntil, g.ValidUntil)
 		m.scheduleLocked(l, now.Add(l.renewInterval()))
+		e = l.renewedLocked()
 	} else {
-		left := l.validUntil.Sub(now)
+		left := l.keysValidUntil.Sub(now)
 		m.scheduleLocked(l, now.Add(min(l.retryInterval(), max(left, 0))))
+		e = l.renewalFailedLocked(err)
 	}
-	validUntil := l.validUntil
 	m.mu.Unlock()
-	if err == nil {
-		l.publish(Event{Kind: EventRenewed, ValidUntil: validUntil})
+	l.publish(e)
+}
+
+// renewedDone ends the batch renewal in flight for l.
+func (l *lease) renewedDone() {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	if l.renewing != nil {
+		close(l.renewing)
+		l.renewing = nil
 	}
 }
 
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
 		return b
 	}
 	return a

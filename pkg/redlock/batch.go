@@ -61,6 +61,7 @@ func (l *Locker) extendChunk(ctx context.Context, items []ExtendItem, grants []G
 			nodeErrs[i] = l.counted(i)
 		}
 	}
+	missing := make([][]ExtendItem, len(l.nodes))
 	for k, it := range items {
 		replies := make([]reply, len(l.nodes))
 		for i := range l.nodes {
@@ -72,7 +73,13 @@ func (l *Locker) extendChunk(ctx context.Context, items []ExtendItem, grants []G
 			}
 		}
 		grants[k], errs[k] = l.judgeExtend(replies, start, it.TTL)
+		for i, r := range replies {
+			if errs[k] == nil && r.missing {
+				missing[i] = append(missing[i], it)
+			}
+		}
 	}
+	l.repair(ctx, func(i int) []ExtendItem { return missing[i] })
 }
 
 // extendOn extends items on one node: in one call when it can batch.

@@ -122,8 +122,8 @@ func (l *Locker) noQuorum(what string, replies []reply, t counts) error {
 			unjudged++
 		}
 	}
-	if t.reclaimed > 0 {
-		msg += fmt.Sprintf("; %d had lost the key and do not count", t.reclaimed)
+	if t.missing > 0 {
+		msg += fmt.Sprintf("; %d no longer had the key", t.missing)
 	}
 	if unjudged > 0 {
 		msg += fmt.Sprintf("; %d answered over a new connection not yet judged by a health round", unjudged)

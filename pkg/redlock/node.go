@@ -23,12 +23,11 @@ type Node interface {
 	Acquire(ctx context.Context, key, value string, ttl time.Duration) (acquired bool, holderTTL time.Duration, err error)
 
 	// Extend resets key's ttl when it holds value (ExtendRenewed). When key
-	// is absent (it expired or the node restarted empty) it claims key again
-	// with value (ExtendReclaimed), so a holder that still owns a quorum
-	// repairs a lagging minority; the algorithm never counts a reclaim
-	// towards a quorum, since the key may have lapsed everywhere and been
-	// granted to another meanwhile. ExtendHeldByOther when another value
-	// holds key.
+	// is absent (it expired, was evicted, or the node restarted empty) it
+	// writes nothing and answers ExtendMissing: the lock may have been free,
+	// and granted and released meanwhile, so only a round that still has a
+	// quorum of renewals may put the key back (see Locker.Extend).
+	// ExtendHeldByOther when another value holds key.
 	Extend(ctx context.Context, key, value string, ttl time.Duration) (ExtendOutcome, error)
 
 	// Release deletes key when it holds value and reports whether it did.
@@ -53,7 +52,7 @@ type ExtendOutcome = int8
 const (
 	ExtendHeldByOther ExtendOutcome = 0 // another value holds the key
 	ExtendRenewed     ExtendOutcome = 1 // value held the key; its ttl was reset
-	ExtendReclaimed   ExtendOutcome = 2 // the key was absent and was set again
+	ExtendMissing     ExtendOutcome = 2 // the key was absent; nothing was written
 )
 
 // ReleaseWatcher is implemented by nodes that announce releases. Announcements

@@ -200,21 +200,58 @@ func (l *Locker) failAcquire(ctx context.Context, key, value string, replies []r
 	return err
 }
 
-// Extend resets the ttl of key on a majority while it holds value, and
-// reclaims it where it lapsed. Only masters where value still held the key
-// count: a reclaimed key may have lapsed on every master and been granted
-// to another meanwhile, so a round made only of reclaims must not revive a
-// lock. It does not release on failure: the caller decides whether a failed
-// renewal ends its hold. Errors match ErrNotHeld (others hold it; retrying
-// cannot help) or ErrNoQuorum (retry while the previous grant is still
-// valid).
+// Extend resets the ttl of key on a majority while it holds value. Only
+// masters where value still held the key count: where it is missing it may
+// have lapsed everywhere, and been granted and released meanwhile, so a key
+// is never written back by the extend itself. Once a round has its quorum
+// of renewals, nobody else can hold the lock, and the key is put back where
+// it was missing (a master that restarted empty), so the lock keeps its
+// margin against further failures. It does not release on failure: the
+// caller decides whether a failed renewal ends its hold. Errors match
+// ErrNotHeld (others hold it; retrying cannot help) or ErrNoQuorum (retry
+// while the previous grant is still valid).
 func (l *Locker) Extend(ctx context.Context, key, value string, ttl time.Duration) (Grant, error) {
 	start := l.now()
 	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
 		outcome, err := n.Extend(ctx, key, value, ttl)
 		return extendReply(outcome, err)
 	})
-	return l.judgeExtend(replies, start, ttl)
+	grant, err := l.judgeExtend(replies, start, ttl)
+	if err == nil {
+		l.repair(ctx, func(i int) []ExtendItem {
+			if replies[i].missing {
+				return []ExtendItem{{Key: key, Value: value, TTL: ttl}}
+			}
+			return nil
+		})
+	}
+	return grant, err
+}
+
+// repairWorkers bounds the calls in flight to one master while repairing.
+const repairWorkers = 16
+
+// repair puts keys back on the masters where a successful extend found
+// them missing (missingOn(i) lists them for node i), with Acquire's
+// set-if-absent, each call bounded by the node timeout. Failures are left
+// for the next round.
+func (l *Locker) repair(ctx context.Context, missingOn func(i int) []ExtendItem) {
+	var wg sync.WaitGroup
+	for i, n := range l.nodes {
+		items := missingOn(i)
+		for w := range min(repairWorkers, len(items)) {
+			wg.Go(func() {
+				for k := w; k < len(items); k += repairWorkers {
+					it := items[k]
+					callOne(ctx, l.nodeTimeout, n, func(ctx context.Context, n Node) reply {
+						_, _, err := n.Acquire(ctx, it.Key, it.Value, it.TTL)
+						return reply{err: err}
+					})
+				}
+			})
+		}
+	}
+	wg.Wait()
 }
 
 // judgeExtend is the verdict on one key's extend round: a grant, ErrNotHeld
@@ -328,12 +365,12 @@ func (l *Locker) releaseAll(ctx context.Context, key, value string) error {
 }
 
 // extendReply turns one master's extend outcome into a reply: renewed
-// counts, held by another counts against, a reclaim counts for neither.
+// counts, held by another counts against, a missing key counts for neither.
 func extendReply(outcome ExtendOutcome, err error) reply {
 	if err != nil {
 		return reply{err: err}
 	}
-	return reply{ok: outcome == ExtendRenewed, held: outcome == ExtendHeldByOther, reclaimed: outcome == ExtendReclaimed}
+	return reply{ok: outcome == ExtendRenewed, held: outcome == ExtendHeldByOther, missing: outcome == ExtendMissing}
 }
 
 // reply is one master's answer in a round.
@@ -343,15 +380,15 @@ type reply struct {
 	ttl   time.Duration // the holder's remaining ttl, or the key's for Get
 	value string        // Get only
 	fence int64         // the fence floor (acquire) or counter (get)
-	// reclaimed: an extend found the key absent and set it again; it
+	// missing: an extend found the key absent (and wrote nothing); it
 	// counts neither for nor against a quorum.
-	reclaimed bool
-	err       error // the master did not answer usefully
+	missing bool
+	err     error // the master did not answer usefully
 }
 
 type counts struct {
-	ok, held, reclaimed, failed, total int
-	replies                            []reply // what was counted, for error messages
+	ok, held, missing, failed, total int
+	replies                          []reply // what was counted, for error messages
 }
 
 func tally(replies []reply) counts {
@@ -364,8 +401,8 @@ func tally(replies []reply) counts {
 			c.ok++
 		case r.held:
 			c.held++
-		case r.reclaimed:
-			c.reclaimed++
+		case r.missing:
+			c.missing++
 		}
 	}
 	return c

@@ -48,6 +48,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -108,6 +109,15 @@ func checkGroups(groups []Group) error {
 		seen[g.Name] = true
 	}
 	return nil
+}
+
+// Drift is the largest clock-drift allowance of any group for ttl.
+func (r *Router) Drift(ttl time.Duration) time.Duration {
+	var d time.Duration
+	for _, g := range slices.Concat(r.current, r.previous) {
+		d = max(d, g.Locker.Drift(ttl))
+	}
+	return d
 }
 
 // Pick returns the index of the group that serves key: the one whose name

@@ -112,7 +112,7 @@ func (n *Node) Acquire(ctx context.Context, key, value string, ttl time.Duration
 const (
 	ExtendHeldByOther int8 = 0
 	ExtendRenewed     int8 = 1
-	ExtendReclaimed   int8 = 2
+	ExtendMissing     int8 = 2
 )
 
 // Extend implements redlock.Node.
@@ -125,17 +125,17 @@ func (n *Node) Extend(ctx context.Context, key, value string, ttl time.Duration)
 	return n.extendLocked(key, value, ttl, n.now()), nil
 }
 
-// extendLocked renews key for value, or reclaims it when absent. The
+// extendLocked renews key for value; an absent key is left absent. The
 // caller holds n.mu.
 func (n *Node) extendLocked(key, value string, ttl time.Duration, now time.Time) int8 {
 	held, ok := n.lookup(key, now)
-	if ok && held.value != value {
+	switch {
+	case !ok:
+		return ExtendMissing
+	case held.value != value:
 		return ExtendHeldByOther
 	}
 	n.store(key, value, ttl, now)
-	if !ok {
-		return ExtendReclaimed
-	}
 	return ExtendRenewed
 }
 

@@ -77,7 +77,7 @@ func TestTTLRoundsUpToMilliseconds(t *testing.T) {
 		1500 * time.Microsecond: 2 * time.Millisecond,
 	} {
 		key := fmt.Sprint(ttl)
-		if _, err := n.Extend(t.Context(), key, "A", ttl); err != nil {
+		if _, _, err := n.Acquire(t.Context(), key, "A", ttl); err != nil {
 			t.Fatal(err)
 		}
 		if _, got, _ := n.Get(t.Context(), key); got != want {
@@ -152,14 +152,14 @@ func TestSweepBoundsMemory(t *testing.T) {
 	n := New("mem", WithClock(clock.Now))
 	const live = 100
 	for i := range live {
-		if _, err := n.Extend(t.Context(), fmt.Sprint("live-", i), "A", time.Hour); err != nil {
+		if _, _, err := n.Acquire(t.Context(), fmt.Sprint("live-", i), "A", time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Many short-lived keys that nobody reads again: lazy expiry alone
 	// would keep them all.
 	for i := range 10_000 {
-		if _, err := n.Extend(t.Context(), fmt.Sprint("gone-", i), "A", time.Millisecond); err != nil {
+		if _, _, err := n.Acquire(t.Context(), fmt.Sprint("gone-", i), "A", time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		clock.Advance(time.Millisecond)

@@ -304,7 +304,7 @@ func (n *Node) Extend(ctx context.Context, key, value string, ttl time.Duration)
 // extendOutcome checks a script's extend answer.
 func extendOutcome(reply int64) (redlock.ExtendOutcome, error) {
 	switch o := redlock.ExtendOutcome(reply); o {
-	case redlock.ExtendHeldByOther, redlock.ExtendRenewed, redlock.ExtendReclaimed:
+	case redlock.ExtendHeldByOther, redlock.ExtendRenewed, redlock.ExtendMissing:
 		return o, nil
 	}
 	return 0, fmt.Errorf("unexpected script reply %d", reply)
