@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
 // problem is an RFC 9457 problem details body with a stable machine code.
@@ -73,6 +74,7 @@ func problemFor(err error) problem {
 	var held *lease.HeldError
 	var tooBig *http.MaxBytesError
 	var limit *lease.LimitError
+	var quorum *redlock.QuorumError
 	switch {
 	case errors.As(err, &api):
 		return newProblem(api.status, api.code, api.detail)
@@ -89,6 +91,10 @@ func problemFor(err error) problem {
 	case errors.As(err, &limit):
 		p := newProblem(http.StatusTooManyRequests, limitCode(limit.Err), err.Error())
 		p.RetryAfterMS = limit.RetryAfter.Milliseconds()
+		return p
+	case errors.As(err, &quorum):
+		p := newProblem(http.StatusServiceUnavailable, "no_quorum", err.Error())
+		p.RetryAfterMS = quorum.RetryAfter.Milliseconds()
 		return p
 	case errors.Is(err, lease.ErrNoQuorum):
 		return newProblem(http.StatusServiceUnavailable, "no_quorum", err.Error())
@@ -129,6 +135,8 @@ type leaseBody struct {
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	ValidUntil     time.Time `json:"valid_until"`
 	Fence          int64     `json:"fence,omitempty"`
+	// MaxHoldAt is when the lease ends whatever the caller does.
+	MaxHoldAt *time.Time `json:"max_hold_at,omitempty"`
 }
 
 func leaseJSON(in lease.Info) leaseBody {
@@ -141,7 +149,17 @@ func leaseJSON(in lease.Info) leaseBody {
 		LeaseExpiresAt: in.LeaseExpiresAt.UTC(),
 		ValidUntil:     in.ValidUntil.UTC(),
 		Fence:          in.Fence,
+		MaxHoldAt:      optionalTime(in.MaxHoldAt),
 	}
+}
+
+// optionalTime is t in UTC, or nil for the zero time (omitted in JSON).
+func optionalTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 // statusBody is the answer to an inspection.
@@ -156,8 +174,7 @@ type statusBody struct {
 func statusJSON(st lease.Status) statusBody {
 	b := statusBody{Name: st.Name, Held: st.Held, Owner: st.Owner, Fence: st.Fence}
 	if st.Held {
-		t := st.ValidUntil.UTC()
-		b.ValidUntil = &t
+		b.ValidUntil = optionalTime(st.ValidUntil)
 	}
 	return b
 }

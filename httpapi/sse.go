@@ -13,8 +13,10 @@ import (
 
 // Server-sent events: a held lock (POST ?hold=true) and a lease's event
 // stream (GET /locks/{name}/events) both answer text/event-stream with
-// events "acquired" (hold only), "renewed", and finally "released" or
-// "lost" with a reason.
+// events "acquired" (hold only), "renewed", "expiring" (renewals keep
+// failing: stop by its valid_until unless renewed first), and finally
+// "released" or "lost" with a reason. A "lost" at shutdown carries the
+// valid_until that still stands: the keys are left to lapse then.
 
 // eventsSuffix ends the path of a lease's event stream.
 const eventsSuffix = "/events"
@@ -56,6 +58,8 @@ type renewedData struct {
 type endedData struct {
 	Name   string `json:"name"`
 	Reason string `json:"reason"`
+	// ValidUntil is the promise that still stands after a shutdown.
+	ValidUntil *time.Time `json:"valid_until,omitempty"`
 }
 
 // relay streams a lease's events until it ends or the client leaves.
@@ -68,13 +72,13 @@ func relay(ctx context.Context, s *sse, name string, events <-chan lease.Event) 
 			if !ok {
 				return
 			}
-			if e.Kind == lease.EventRenewed {
-				if s.send("renewed", renewedData{Name: name, ValidUntil: e.ValidUntil.UTC()}) != nil {
+			if e.Kind != lease.EventEnded {
+				if s.send(string(e.Kind), renewedData{Name: name, ValidUntil: e.ValidUntil.UTC()}) != nil {
 					return
 				}
 				continue
 			}
-			_ = s.send(endEvent(e.Reason), endedData{Name: name, Reason: string(e.Reason)})
+			_ = s.send(endEvent(e.Reason), endedData{Name: name, Reason: string(e.Reason), ValidUntil: optionalTime(e.ValidUntil)})
 			return
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/sidelock/sidelock/pkg/lease"
 )
 
 // config is every setting, read from SIDELOCK_* environment variables.
@@ -38,6 +40,7 @@ type config struct {
 	MaxTTL           time.Duration `envconfig:"MAX_TTL" default:"1h" desc:"longest caller lease"`
 	KeyTTL           time.Duration `envconfig:"KEY_TTL" default:"10s" desc:"ttl of the keys on the masters, renewed every third of it"`
 	MaxWait          time.Duration `envconfig:"MAX_WAIT" default:"5m" desc:"longest wait for a held lock"`
+	NoQuorumRetry    time.Duration `envconfig:"NO_QUORUM_RETRY" default:"250ms" desc:"how long a try-once acquire retries rounds that found no quorum (a slow master, one being judged again) before answering 503 (0..5s; a waiting acquire retries until its wait ends)"`
 	MaxHold          time.Duration `envconfig:"MAX_HOLD" default:"24h" desc:"cap on any lease's whole life, heartbeats or held connection alike (0: none)"`
 	MaxLocks         int           `envconfig:"MAX_LOCKS" default:"10000" desc:"most leases held through this sidecar at once; beyond, acquire answers 429 too_many_locks"`
 	MaxWaiters       int           `envconfig:"MAX_WAITERS" default:"10000" desc:"most callers waiting on this sidecar at once; beyond, a waiting acquire answers 429 too_many_waiters"`
@@ -163,6 +166,9 @@ func (c config) validateTiming() []error {
 	}
 	if c.MaxWait < 0 {
 		bad("SIDELOCK_MAX_WAIT %v must not be negative", c.MaxWait)
+	}
+	if c.NoQuorumRetry < 0 || c.NoQuorumRetry > lease.MaxNoQuorumRetry {
+		bad("SIDELOCK_NO_QUORUM_RETRY %v must be within [0, %v]: an outage must still fail fast", c.NoQuorumRetry, lease.MaxNoQuorumRetry)
 	}
 	if c.RestartGuard != 0 && c.RestartGuard < c.KeyTTL {
 		bad("SIDELOCK_RESTART_GUARD %v must be at least SIDELOCK_KEY_TTL %v (or 0 for the key ttl): a master that restarted empty must sit out until the keys it forgot would have lapsed", c.RestartGuard, c.KeyTTL)

@@ -151,9 +151,9 @@ func sidecarCommand(addrs []string, apiAddr, adminAddr string, env []string) *ex
 
 // refusedStart runs a sidecar over addrs that must refuse to start, and
 // returns what it printed.
-func refusedStart(t *testing.T, addrs []string) string {
+func refusedStart(t *testing.T, addrs []string, env ...string) string {
 	t.Helper()
-	cmd := sidecarCommand(addrs, freeAddr(t), freeAddr(t), nil)
+	cmd := sidecarCommand(addrs, freeAddr(t), freeAddr(t), env)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -367,12 +367,24 @@ func TestE2EQuorumLossAndRecovery(t *testing.T) {
 	a.acquire(t, "/locks/majority-back")
 }
 
-// SIGTERM releases every held lock on the masters before the process exits.
-func TestE2ESIGTERMReleasesHeldLocks(t *testing.T) {
+// SIGTERM ends the sidecar promptly but deletes no key whose valid_until a
+// caller was promised: a caller may still act until then, so another
+// sidecar must not get the lock before. The keys lapse within a key ttl.
+func TestE2ESIGTERMLeavesPromisedKeysToLapse(t *testing.T) {
 	masters := durableMasters(t, 3)
-	a := startSidecar(t, masters)
+	a := startSidecar(t, masters, "SIDELOCK_KEY_TTL=2s")
+	b := startSidecar(t, masters)
+	var latest time.Time
 	for i := range 5 {
-		a.acquire(t, fmt.Sprintf("/locks/job/%d?ttl=1h", i))
+		code, body := a.do(t, "POST", fmt.Sprintf("/locks/job/%d?ttl=1h", i), "")
+		if code != 200 {
+			t.Fatalf("acquire: %d %v", code, body)
+		}
+		valid, err := time.Parse(time.RFC3339Nano, body["valid_until"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		latest = later(latest, valid)
 	}
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -386,13 +398,26 @@ func TestE2ESIGTERMReleasesHeldLocks(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no exit within 10s of SIGTERM")
 	}
-	for i := range 5 {
-		for _, m := range masters {
-			if v, _ := keyOn(t, m, fmt.Sprintf("job/%d", i)); v != "" {
-				t.Fatalf("job/%d still on %s after SIGTERM", i, m.Addr())
+	for time.Now().Before(latest.Add(-50 * time.Millisecond)) {
+		for i := range 5 {
+			if code, body := b.do(t, "POST", fmt.Sprintf("/locks/job/%d", i), ""); code == 200 {
+				t.Fatalf("job/%d granted elsewhere at %v, before the valid_until %v promised to its holder: %v",
+					i, time.Now().Format(time.StampMilli), latest.Format(time.StampMilli), body)
 			}
 		}
+		time.Sleep(100 * time.Millisecond)
 	}
+	eventually(t, 3*time.Second, "the keys lapsed", func() bool {
+		code, _ := b.do(t, "POST", "/locks/job/0", "")
+		return code == 200
+	})
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // A waiter on sidecar B acquires promptly after the holder on sidecar A

@@ -63,7 +63,7 @@ func parseExec(args []string, stderr io.Writer) (execOptions, error) {
 	fs.DurationVar(&o.opts.TTL, "ttl", 0, "bound on the keys' ttl on the masters (default: the sidecar's)")
 	fs.DurationVar(&o.opts.MaxHold, "max-hold", 0, "end the hold (and stop the command) after this long")
 	fs.StringVar(&o.opts.Owner, "owner", "", "label shown to anyone who inspects the lock (default: the hostname)")
-	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on a lost lock, wait this long before SIGKILL")
+	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on an expiring or lost lock, wait at most this long before SIGKILL (never past the lock's valid_until)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: sidelock exec [flags] NAME -- COMMAND [ARGS...]\n\n"+
 			"Runs COMMAND while holding the lock NAME through the local sidecar ($SIDELOCK_ADDR,\n"+
@@ -107,6 +107,9 @@ func runExec(ctx context.Context, args []string, getenv func(string) string, std
 	defer held.Release()
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	// Its own process group, so that stopping the command stops what it
+	// started too: a shell's children must not outlive the lock.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(os.Environ(),
 		"SIDELOCK_LOCK_NAME="+held.Lease.Name,
 		"SIDELOCK_TOKEN="+held.Lease.Token,
@@ -120,35 +123,132 @@ func runExec(ctx context.Context, args []string, getenv func(string) string, std
 	return superviseCommand(cmd, held, o.grace, stderr)
 }
 
-// superviseCommand forwards SIGINT and SIGTERM to the command and stops it
-// if the lock is lost: SIGTERM, then SIGKILL after the grace period.
+// killLead is how long before valid_until the command is SIGKILLed at the
+// latest, so that it is dead, not dying, when the promise runs out.
+const killLead = 100 * time.Millisecond
+
+// superviseCommand forwards SIGINT and SIGTERM to the command and makes
+// sure it is dead by the lock's valid_until unless the lock is renewed:
+//   - an "expiring" or "lost" event sends SIGTERM at once, and SIGKILL after
+//     the grace period or just before valid_until, whichever is first;
+//   - a watchdog SIGKILLs the command just before the last valid_until it
+//     heard of, should the stream stall without saying anything.
 func superviseCommand(cmd *exec.Cmd, held *client.Held, grace time.Duration, stderr io.Writer) error {
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(signals)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	var lost bool
-	var kill <-chan time.Time
-	streamEnded := held.Done()
+	s := supervisor{cmd: cmd, name: held.Lease.Name, grace: grace, stderr: stderr}
+	s.watch(held.Lease.ValidUntil)
+	defer s.stopTimers()
+	events := held.Events()
 	for {
 		select {
 		case sig := <-signals:
-			_ = cmd.Process.Signal(sig)
-		case <-streamEnded:
-			streamEnded, lost = nil, true
-			fmt.Fprintf(stderr, "sidelock exec: lock %q lost (%s); stopping the command\n", held.Lease.Name, lostReason(held.End()))
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			kill = time.After(grace)
-		case <-kill:
-			_ = cmd.Process.Kill()
+			signalGroup(cmd, sig.(syscall.Signal))
+		case e, ok := <-events:
+			if !ok {
+				events = nil
+				s.stop(held.End(), time.Time{})
+				continue
+			}
+			s.event(e)
+		case <-s.killC():
+			signalGroup(cmd, syscall.SIGKILL)
+		case <-s.watchdogC():
+			fmt.Fprintf(stderr, "sidelock exec: lock %q not renewed by its valid_until; killing the command\n", s.name)
+			s.lost = true
+			signalGroup(cmd, syscall.SIGKILL)
 		case err := <-exited:
-			if lost {
-				return exitWith(exitLockLost, "lock %q was lost while the command ran", held.Lease.Name)
+			if s.lost {
+				return exitWith(exitLockLost, "lock %q was lost while the command ran", s.name)
 			}
 			return commandResult(err)
 		}
 	}
+}
+
+// supervisor is superviseCommand's state: the deadline the command must be
+// dead by, and the timers that enforce it.
+type supervisor struct {
+	cmd      *exec.Cmd
+	name     string
+	grace    time.Duration
+	stderr   io.Writer
+	valid    time.Time   // the latest valid_until heard of
+	watchdog *time.Timer // SIGKILL just before valid
+	kill     *time.Timer // SIGKILL after SIGTERM
+	lost     bool        // SIGTERM sent: the lock is going or gone
+}
+
+func (s *supervisor) event(e client.Event) {
+	switch e.Kind {
+	case "renewed":
+		s.watch(e.ValidUntil)
+	case "expiring", "released", "lost":
+		s.stop(e, e.ValidUntil)
+	}
+}
+
+// watch re-arms the watchdog for a later valid_until.
+func (s *supervisor) watch(valid time.Time) {
+	if s.lost || !valid.After(s.valid) {
+		return
+	}
+	s.valid = valid
+	if s.watchdog != nil {
+		s.watchdog.Stop()
+	}
+	s.watchdog = time.NewTimer(time.Until(valid.Add(-killLead)))
+}
+
+// stop sends SIGTERM once and schedules SIGKILL after the grace period,
+// but no later than just before the valid_until that still stands (the
+// event's, if it carries one, else the last heard of).
+func (s *supervisor) stop(e client.Event, valid time.Time) {
+	if s.lost {
+		return
+	}
+	s.lost = true
+	if valid.IsZero() || valid.After(s.valid) {
+		valid = s.valid
+	}
+	what, why := "lost", lostReason(e)
+	if e.Kind == "expiring" {
+		what, why = "expiring", "renewals keep failing"
+	}
+	fmt.Fprintf(s.stderr, "sidelock exec: lock %q %s (%s); stopping the command, valid until %s\n",
+		s.name, what, why, valid.Format(time.RFC3339Nano))
+	signalGroup(s.cmd, syscall.SIGTERM)
+	s.kill = time.NewTimer(min(s.grace, time.Until(valid.Add(-killLead))))
+}
+
+func (s *supervisor) killC() <-chan time.Time {
+	if s.kill == nil {
+		return nil
+	}
+	return s.kill.C
+}
+
+func (s *supervisor) watchdogC() <-chan time.Time {
+	if s.watchdog == nil || s.lost {
+		return nil
+	}
+	return s.watchdog.C
+}
+
+func (s *supervisor) stopTimers() {
+	for _, t := range []*time.Timer{s.watchdog, s.kill} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// signalGroup signals the command's process group (see runExec).
+func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
+	_ = syscall.Kill(-cmd.Process.Pid, sig)
 }
 
 func lostReason(e client.Event) string {

@@ -175,6 +175,7 @@ func (c config) validateGroups() []error {
 // quorumGroup is a group's masters and the Locker over them.
 type quorumGroup struct {
 	name   string
+	addrs  []string // as configured (the nodes' names in dev mode)
 	nodes  []redlock.Node
 	locker *redlock.Locker
 }
@@ -191,7 +192,14 @@ func buildGroups(cfg config, specs []groupSpec) ([]quorumGroup, error) {
 		if err != nil {
 			return groups, err
 		}
-		groups = append(groups, quorumGroup{name: spec.Name, nodes: nodes})
+		addrs := spec.Addrs
+		if cfg.Dev {
+			addrs = nil
+			for _, n := range nodes {
+				addrs = append(addrs, n.Addr())
+			}
+		}
+		groups = append(groups, quorumGroup{name: spec.Name, addrs: addrs, nodes: nodes})
 		l, err := redlock.New(nodes, redlock.Config{
 			NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor, Fencing: cfg.Fencing, FenceRetention: cfg.FenceRetention,
 		})

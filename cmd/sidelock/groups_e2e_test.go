@@ -187,3 +187,35 @@ func TestE2EGroupMigrationKeepsOneHolder(t *testing.T) {
 	}
 	migrating.do(t, "DELETE", path, tok)
 }
+
+// Replacing a master of a named group in one step would split its quorum
+// while old and new sidecars run side by side: old ones on {m1,m2,m3},
+// new ones on {m1,m2,m4}, each able to grant the lock on a majority of
+// its own. The masters record the lists in use, so the new sidecar
+// refuses to start and names the procedure; one master at a time (remove
+// m3, then add m4) is accepted at every step.
+func TestE2EReplacingAMasterOfANamedGroupInOneStepIsRefused(t *testing.T) {
+	m := durableMasters(t, 4)
+	groups := map[string][]*redistest.Server{"old": m[:3], "new": {m[0], m[1], m[3]}, "shrunk": m[:2]}
+	named := func(list string) string {
+		return "SIDELOCK_REDIS_GROUPS=" + strings.Replace(groupsEnv(groups, list), list+"=", "east=", 1)
+	}
+	old := startSidecarAt(t, nil, named("old"))
+	old.acquire(t, "/locks/report?ttl=1h")
+
+	out := refusedStart(t, nil, named("new"))
+	for _, want := range []string{"refusing to start", `group "east"`, "one at a time"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("output does not say %q:\n%s", want, out)
+		}
+	}
+	// The safe path: without m3 first (majorities of {m1,m2,m3} and {m1,m2}
+	// always meet), and the old sidecar keeps serving.
+	shrunk := startSidecarAt(t, nil, named("shrunk"))
+	if code, body := shrunk.do(t, "POST", "/locks/report", ""); code != 409 {
+		t.Fatalf("the shrunk list's sidecar got %d %v for a lock the old one holds, want 409", code, body)
+	}
+	if code := old.readyz(t); code != 200 {
+		t.Fatalf("old sidecar /readyz %d after a compatible list started", code)
+	}
+}

@@ -230,14 +230,17 @@ func TestE2EExecExitCodes(t *testing.T) {
 	}
 }
 
-// When the lock is lost, exec stops the command (SIGTERM) and exits 79.
+// When renewals keep failing, exec hears "expiring" before the lock's
+// validity ends and stops the command: SIGTERM at once and, for a command
+// that ignores it, SIGKILL before valid_until, well inside the default
+// 10s grace. It exits 79.
 func TestE2EExecStopsTheCommandWhenTheLockIsLost(t *testing.T) {
 	masters := durableMasters(t, 3)
 	a := startSidecar(t, masters, "SIDELOCK_KEY_TTL=1s")
 	// The command runs only once the acquisition has returned: a lock that
 	// merely shows as held may still be committing its fence.
 	started := filepath.Join(t.TempDir(), "started")
-	c, out := runExecChild(t, a.api, "--grace", "1s", "fragile", "--", "sh", "-c", "touch "+started+" && exec sleep 30")
+	c, out := runExecChild(t, a.api, "fragile", "--", "sh", "-c", "trap '' TERM; touch "+started+"; sleep 30")
 	eventually(t, 5*time.Second, "exec runs the command", func() bool {
 		_, err := os.Stat(started)
 		return err == nil
@@ -247,7 +250,19 @@ func TestE2EExecStopsTheCommandWhenTheLockIsLost(t *testing.T) {
 	if code := exitCodeOf(t, c, 10*time.Second); code != exitLockLost {
 		t.Fatalf("exit %d, want %d: %s", code, exitLockLost, out)
 	}
-	if !strings.Contains(out.String(), "lost") {
-		t.Fatalf("no word of the loss: %s", out)
+	exited := time.Now()
+	text := out.String()
+	_, after, found := strings.Cut(text, "valid until ")
+	if !found || !strings.Contains(text, "expiring") {
+		t.Fatalf("no word of the expiring lock and its valid_until: %s", text)
+	}
+	valid, err := time.Parse(time.RFC3339Nano, strings.Fields(after)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The command was killed 100ms before valid_until; allow for noticing
+	// the exit on a busy machine.
+	if late := exited.Sub(valid); late > 300*time.Millisecond {
+		t.Fatalf("exec exited %v after valid_until %v: the command outlived its lock", late, valid)
 	}
 }

@@ -112,10 +112,13 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 		Masters: masterStats(nodes),
 	})
 	observeQueueWaits(nodes, m)
+	if err := checkMembership(ctx, cfg, groups, log); err != nil {
+		return err
+	}
 	leases, err = lease.NewManager(locker, lease.Config{
 		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
 		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold, MaxLocks: cfg.MaxLocks, MaxWaiters: cfg.MaxWaiters,
-		Observer: m, Logger: log,
+		NoQuorumRetry: cfg.NoQuorumRetry, Observer: m, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -136,6 +139,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	checkCtx, stopChecks := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopChecks()
 	go checker.Run(checkCtx)
+	go watchMembership(checkCtx, cfg, groups, checker, log)
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- api.Serve(apiLn) }()
 	go func() { serveErr <- admin.Serve(adminLn) }()

@@ -14,9 +14,11 @@ import (
 
 // Event is one server-sent event of a held lock or a lease's stream.
 type Event struct {
-	Kind       string    // "renewed", "released" or "lost"
-	ValidUntil time.Time // for "renewed"
-	Reason     string    // for "released" and "lost"
+	Kind string // "renewed", "expiring", "released" or "lost"
+	// ValidUntil is the promise as of "renewed" and "expiring", and the one
+	// that still stands after a "lost" at shutdown (zero otherwise).
+	ValidUntil time.Time
+	Reason     string // for "released" and "lost"
 }
 
 // Held is a lock held for as long as its connection is open.
@@ -61,9 +63,9 @@ func (c *Client) Hold(ctx context.Context, name string, opts Options) (*Held, er
 	return h, nil
 }
 
-// Events delivers renewals and then the final "released" or "lost" event;
-// it is closed when the stream ends. A reader more than 16 events behind
-// misses some; End always has the final one.
+// Events delivers renewals and warnings ("expiring") and then the final
+// "released" or "lost" event; it is closed when the stream ends. A reader
+// more than 16 events behind misses some; End always has the final one.
 func (h *Held) Events() <-chan Event { return h.events }
 
 // Done is closed when the stream has ended.
@@ -99,7 +101,8 @@ func (h *Held) read(res *http.Response, sc *bufio.Scanner) {
 		}
 		_ = json.Unmarshal([]byte(data), &payload)
 		e := Event{Kind: kind, ValidUntil: payload.ValidUntil, Reason: payload.Reason}
-		if kind != "renewed" {
+		final := kind == "released" || kind == "lost"
+		if final {
 			h.mu.Lock()
 			h.last = e
 			h.mu.Unlock()
@@ -108,7 +111,7 @@ func (h *Held) read(res *http.Response, sc *bufio.Scanner) {
 		case h.events <- e:
 		default: // a reader this far behind misses events; End keeps the last
 		}
-		if kind == "released" || kind == "lost" {
+		if final {
 			return
 		}
 	}

@@ -83,3 +83,28 @@ func TestMasterRefusingInfoIsStillUp(t *testing.T) {
 		t.Fatalf("report: ready=%v up=%d warning=%q", r.Ready, r.Up, r.Nodes[0].Warning)
 	}
 }
+
+// A veto keeps every master of one group out of the quorum, and only that
+// group's, until it is lifted.
+func TestVetoKeepsAGroupOutUntilLifted(t *testing.T) {
+	nodes := []redlock.Node{memnode.New("a1"), memnode.New("a2"), memnode.New("b1"), memnode.New("b2"), memnode.New("b3")}
+	q := &quorumView{eligible: map[int]bool{}}
+	c, err := health.New(nodes, 0, health.Config{
+		SetEligible: q.Set, Groups: []health.Group{{Name: "a", Size: 2, Quorum: 2}, {Name: "b", Size: 3, Quorum: 2}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Veto(1, "split member list")
+	r := c.Check(context.Background())
+	if got := eligible(r); got != "EE---" {
+		t.Fatalf("eligible %q with group b vetoed, want EE---", got)
+	}
+	if r.Nodes[3].Problem != "split member list" || q.Get(3) {
+		t.Fatalf("vetoed master: %+v, counted %v", r.Nodes[3], q.Get(3))
+	}
+	c.Veto(1, "")
+	if got := eligible(c.Check(context.Background())); got != "EEEEE" {
+		t.Fatalf("eligible %q after the veto was lifted", got)
+	}
+}

@@ -232,6 +232,9 @@ func (c *Checker) countViolation(v violation) {
 func (c *Checker) state(i int, s NodeState, now time.Time) NodeState {
 	m := &c.guards.nodes[i]
 	s.Eligible, s.Problem = c.eligibility(m, s.Up, now)
+	if veto := c.vetoOf(i); veto != "" {
+		s.Eligible, s.Problem = false, veto
+	}
 	if s.Up && c.onProbation(m, now) {
 		s.ProbationRemaining = Duration(m.probationUntil.Sub(now))
 	}

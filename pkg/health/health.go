@@ -175,6 +175,9 @@ type Checker struct {
 	// round has judged, and lock calls do not count it until one does.
 	wake chan struct{}
 
+	vetoMu sync.Mutex
+	vetoes map[int]string // group index -> why none of its masters counts
+
 	mu   sync.RWMutex
 	last Report
 }
@@ -238,6 +241,38 @@ func (c *Checker) Run(ctx context.Context) {
 		case <-c.wake:
 		}
 	}
+}
+
+// Veto keeps every master of group g (in Config.Groups order; 0 for the
+// one group) out of the quorum for why, from the next round on, which it
+// asks for at once; an empty why lifts it. For findings of other checks,
+// such as a split of the group's member list (package membership).
+func (c *Checker) Veto(g int, why string) {
+	c.vetoMu.Lock()
+	if c.vetoes == nil {
+		c.vetoes = map[int]string{}
+	}
+	if why == "" {
+		delete(c.vetoes, g)
+	} else {
+		c.vetoes[g] = why
+	}
+	c.vetoMu.Unlock()
+	c.Wake()
+}
+
+// vetoOf is the veto on master i's group, if any.
+func (c *Checker) vetoOf(i int) string {
+	c.vetoMu.Lock()
+	defer c.vetoMu.Unlock()
+	first := 0
+	for g, group := range c.cfg.Groups {
+		if i < first+group.Size {
+			return c.vetoes[g]
+		}
+		first += group.Size
+	}
+	return ""
 }
 
 // Wake asks Run for a round as soon as the current one (if any) is over.
