@@ -64,6 +64,13 @@ type lease struct {
 	// The last cut of keyTTL: when, and the validity a write sent from
 	// then on may still leave; rounds that began before it are held to it.
 	cutAt, cutCap time.Time
+	// wantKeyTTL is the key ttl the caller's ttl asks for, when an earlier
+	// promise keeps keyTTL above it for now.
+	wantKeyTTL time.Duration
+	// promised is the latest valid_until ever published: it is never taken
+	// back (a caller whose answer was lost still believes it), so the keys
+	// are kept until then whatever later answers say.
+	promised time.Time
 }
 
 func newLease(m *Manager, req Request) (*lease, error) {
@@ -87,6 +94,7 @@ func newLease(m *Manager, req Request) (*lease, error) {
 		acquiredAt:     now,
 		ttl:            req.TTL,
 		keyTTL:         m.keyTTL(req.TTL),
+		wantKeyTTL:     m.keyTTL(req.TTL),
 		expiresAt:      now.Add(req.TTL),
 		hold:           req.Hold,
 		maxHoldAt:      m.maxHoldAt(now, req.MaxHold),
@@ -119,16 +127,28 @@ func (l *lease) startTimers() {
 	}
 }
 
-// lapsed ends the lease unless a heartbeat moved its expiry meanwhile.
-// Every promise was capped at the lease's expiry, so deleting the keys now
-// breaks none.
+// lapsed ends the lease unless a heartbeat moved its expiry meanwhile, and
+// not before the latest promise it made (a heartbeat that lowered the ttl
+// shortens later promises, not earlier ones).
 func (l *lease) lapsed() {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
-	if l.ended || l.m.cfg.Now().Before(l.snapshot().LeaseExpiresAt) {
+	if l.ended {
+		return
+	}
+	if wait := l.lapseIn(); wait > 0 {
+		l.lapse.Reset(wait)
 		return
 	}
 	l.finishLocked(EndExpired, nil)
+}
+
+// lapseIn is how long until the lease may lapse: its expiry, or its latest
+// promise if later.
+func (l *lease) lapseIn() time.Duration {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	return later(l.expiresAt, l.promised).Sub(l.m.cfg.Now())
 }
 
 // heartbeat is the caller's extend: it fails once the lease has ended, and
@@ -145,7 +165,7 @@ func (l *lease) heartbeat(ttl time.Duration) (Info, error) {
 		return Info{}, err
 	}
 	if l.lapse != nil {
-		l.lapse.Reset(l.snapshot().LeaseExpiresAt.Sub(l.m.cfg.Now()))
+		l.lapse.Reset(l.lapseIn())
 	}
 	return info, nil
 }
@@ -237,16 +257,20 @@ func (l *lease) applyRenewal(start time.Time, g redlock.Grant, err error) error 
 	return nil
 }
 
-// cutKeyTTLLocked lowers the key ttl for a caller ttl that needs a shorter
-// one. A write with the shorter ttl may land from now on, after any write
-// in flight, so the keys may end at now + keyTTL - drift: the validity is
-// cut to that at once, and rounds that began earlier are held to it. The
-// caller holds the Manager's lock.
-func (l *lease) cutKeyTTLLocked(keyTTL time.Duration) {
+// cutKeyTTLLocked lowers the key ttl towards want, the one a shorter caller
+// ttl asks for, but not so far that the keys could end before the latest
+// promise: until that has passed, the cut stops short (and is tried again
+// after each renewal). A write with the shorter ttl may land from now on,
+// after any write in flight, so the keys may end at now + keyTTL - drift:
+// the validity is cut to that at once, and rounds that began earlier are
+// held to it. The caller holds the Manager's lock.
+func (l *lease) cutKeyTTLLocked(want time.Duration) {
+	now := l.m.cfg.Now()
+	keyTTL := max(want, l.promised.Sub(now)+l.m.locker.Drift(l.keyTTL))
+	l.wantKeyTTL = want
 	if keyTTL >= l.keyTTL {
 		return
 	}
-	now := l.m.cfg.Now()
 	l.keyTTL = keyTTL
 	l.cutAt, l.cutCap = now, now.Add(keyTTL-l.m.locker.Drift(keyTTL))
 	l.keysValidUntil = earlier(l.keysValidUntil, l.cutCap)
@@ -256,11 +280,12 @@ func (l *lease) cutKeyTTLLocked(keyTTL time.Duration) {
 // confirmed on a quorum. A failed confirmation keeps the lease (the previous
 // grant is still valid) but says so; only a lost lock ends it.
 func (l *lease) extend(ttl time.Duration) (Info, error) {
+	l.m.mu.Lock()
 	now := l.m.cfg.Now()
-	if !now.Before(l.snapshot().LeaseExpiresAt) {
+	if !now.Before(l.expiresAt) {
+		l.m.mu.Unlock()
 		return Info{}, ErrLeaseGone
 	}
-	l.m.mu.Lock()
 	if ttl != 0 {
 		l.ttl = ttl
 		l.cutKeyTTLLocked(l.m.keyTTL(ttl))
@@ -290,7 +315,10 @@ func (l *lease) extend(ttl time.Duration) (Info, error) {
 // caller holds the Manager's lock.
 func (l *lease) renewedLocked() Event {
 	l.expiringSent = false
-	return Event{Kind: EventRenewed, ValidUntil: l.validUntilLocked()}
+	if l.wantKeyTTL < l.keyTTL {
+		l.cutKeyTTLLocked(l.wantKeyTTL) // an earlier promise may have passed
+	}
+	return Event{Kind: EventRenewed, ValidUntil: l.promiseLocked()}
 }
 
 // renewalFailedLocked notes a failed renewal and returns the event to
@@ -303,15 +331,24 @@ func (l *lease) renewalFailedLocked(cause error) Event {
 		return Event{}
 	}
 	l.expiringSent = true
-	valid := l.validUntilLocked()
+	valid := l.promiseLocked()
 	l.m.log.Warn("lock expiring: renewals keep failing", "name", l.name, "owner", l.owner,
 		"valid_for", left.Round(time.Millisecond), "cause", cause)
 	return Event{Kind: EventExpiring, ValidUntil: valid}
 }
 
-// validUntilLocked is the promise the lease makes now: the keys' validity,
-// never past the caller's lease (which ends it) or its cap. Every answer
-// and event publishes this. The caller holds the Manager's lock.
+// promiseLocked is validUntilLocked, published: every answer and event
+// that carries a valid_until gets it here, and the latest is kept. The
+// caller holds the Manager's lock.
+func (l *lease) promiseLocked() time.Time {
+	v := l.validUntilLocked()
+	l.promised = later(l.promised, v)
+	return v
+}
+
+// validUntilLocked is the promise the lease can make now: the keys'
+// validity, never past the caller's lease (which ends it) or its cap. The
+// caller holds the Manager's lock.
 func (l *lease) validUntilLocked() time.Time {
 	v := l.keysValidUntil
 	if !l.hold {
@@ -333,7 +370,7 @@ func (l *lease) end(reason EndReason, cause error) {
 	delete(l.m.leases, l.name)
 	l.renewSlot = -1
 	renewing := l.renewing
-	valid := l.validUntilLocked()
+	valid := l.promiseLocked()
 	l.m.mu.Unlock()
 	if renewing != nil {
 		<-renewing
@@ -359,9 +396,6 @@ func (l *lease) end(reason EndReason, cause error) {
 	}
 }
 
-// snapshot is the lease's current state, without the token.
-func (l *lease) snapshot() Info { return l.info(false) }
-
 func (l *lease) info(withToken bool) Info {
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
@@ -375,7 +409,7 @@ func (l *lease) infoLocked(withToken bool) Info {
 		TTL:            l.ttl,
 		AcquiredAt:     l.acquiredAt,
 		LeaseExpiresAt: l.expiresAt,
-		ValidUntil:     l.validUntilLocked(),
+		ValidUntil:     l.promiseLocked(),
 		Fence:          l.fence,
 		Hold:           l.hold,
 		MaxHoldAt:      l.maxHoldAt,

@@ -60,6 +60,27 @@ func newRealFixture(t *testing.T, keyTTL time.Duration, tune func(*lease.Config)
 	return f
 }
 
+// newRealFixtureOn is a second sidecar's Manager over f's masters.
+func newRealFixtureOn(t *testing.T, f *realFixture, keyTTL time.Duration) *lease.Manager {
+	t.Helper()
+	nodes := make([]redlock.Node, len(f.servers))
+	for i, s := range f.servers {
+		n := redisnode.New(redisnode.Options{Addr: s.Addr()})
+		t.Cleanup(func() { _ = n.Close() })
+		nodes[i] = n
+	}
+	locker, err := redlock.New(nodes, redlock.Config{NodeTimeout: 50 * time.Millisecond, Fencing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "t:", KeyTTL: keyTTL, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	return m
+}
+
 // keysBackUntil bounds from above when the keys of name end on a majority
 // by this clock, less the drift allowance for masters whose clocks run
 // fast: a promise later than that is broken. Each master's end is at most
@@ -98,20 +119,59 @@ func testLoweredTTL(t *testing.T, hold bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	promised := in.ValidUntil
 	for _, ttl := range []time.Duration{2 * time.Second, 30 * time.Second, time.Minute} {
 		ext, err := f.m.Extend(context.Background(), "lower", in.Token, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
+		promised = later(promised, ext.ValidUntil)
 		backed := f.keysBackUntil(t, "lower")
-		if ext.ValidUntil.After(backed) {
-			t.Fatalf("PUT ttl=%v published valid_until %v, but the keys on a majority end by %v (%v earlier)",
-				ttl, ext.ValidUntil.Format(time.StampMilli), backed.Format(time.StampMilli), ext.ValidUntil.Sub(backed))
+		if promised.After(backed) {
+			t.Fatalf("after PUT ttl=%v the keys on a majority end by %v, before the valid_until %v already promised (%v early)",
+				ttl, backed.Format(time.StampMilli), promised.Format(time.StampMilli), promised.Sub(backed))
 		}
 		if !hold && ext.ValidUntil.After(ext.LeaseExpiresAt) {
 			t.Fatalf("valid_until %v after the lease's own expiry %v", ext.ValidUntil, ext.LeaseExpiresAt)
 		}
 	}
+}
+
+// A heartbeat that lowers the ttl shortens what later answers promise,
+// never what earlier ones did: a caller whose answer was lost still
+// believes the old valid_until. Nobody else gets the lock before it, and
+// the lease then lapses, without more heartbeats, soon after.
+func TestRealLoweredTTLKeepsEarlierPromises(t *testing.T) {
+	f := newRealFixture(t, 3*time.Second, nil)
+	other := newRealFixtureOn(t, f, 3*time.Second)
+	in, err := f.m.Acquire(context.Background(), lease.Request{Name: "kept", TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := f.m.Extend(context.Background(), "kept", in.Token, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ext.ValidUntil.Before(in.ValidUntil) {
+		t.Fatalf("the lowered ttl did not shorten the new promise: %v, first %v", ext.ValidUntil, in.ValidUntil)
+	}
+	for time.Now().Before(in.ValidUntil.Add(-50 * time.Millisecond)) {
+		if _, err := other.Acquire(context.Background(), lease.Request{Name: "kept"}); err == nil {
+			t.Fatalf("granted elsewhere at %v, before the first promise %v", time.Now().Format(time.StampMilli), in.ValidUntil.Format(time.StampMilli))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	eventually(t, 2*time.Second, "the lease lapsed after its first promise", func() bool {
+		_, err := other.Acquire(context.Background(), lease.Request{Name: "kept"})
+		return err == nil
+	})
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Item 3: a renewal that finds the keys gone on every master (they lapsed,
