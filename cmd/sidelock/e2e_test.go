@@ -517,7 +517,8 @@ func TestE2EIdempotentReacquireReturnsTheSameToken(t *testing.T) {
 // Two addresses that reach one master would count it twice: the sidecar
 // refuses to start and names both.
 func TestE2ERefusesTwoAddressesOfOneMaster(t *testing.T) {
-	masters := durableMasters(t, 2)
+	// On 127.0.0.1, so that "localhost:port" reaches the same server.
+	masters := redistest.StartN(t, 2, redistest.WithAppendOnly(), redistest.WithHost("127.0.0.1"))
 	_, port, _ := net.SplitHostPort(masters[1].Addr())
 	alias := net.JoinHostPort("localhost", port)
 	out := refusedStart(t, []string{masters[0].Addr(), masters[1].Addr(), alias})
@@ -531,8 +532,8 @@ func TestE2ERefusesTwoAddressesOfOneMaster(t *testing.T) {
 // A replica's keys follow its master's: the sidecar refuses to start.
 func TestE2ERefusesAReplica(t *testing.T) {
 	masters := durableMasters(t, 2)
-	_, port, _ := net.SplitHostPort(masters[0].Addr())
-	replica := redistest.Start(t, redistest.WithArgs("--replicaof", "127.0.0.1", port))
+	host, port, _ := net.SplitHostPort(masters[0].Addr())
+	replica := redistest.Start(t, redistest.WithArgs("--replicaof", host, port))
 	out := refusedStart(t, []string{masters[0].Addr(), masters[1].Addr(), replica.Addr()})
 	if want := replica.Addr() + " is a replica"; !strings.Contains(out, want) {
 		t.Fatalf("output does not say %q:\n%s", want, out)

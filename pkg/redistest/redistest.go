@@ -1,13 +1,23 @@
-// Package redistest starts real redis-server processes on free loopback ports
-// for tests. It is imported only from _test files: sidelock's behaviour under
-// failures (killed, frozen or restarted masters) is only worth testing
-// against the real server, never against a mock.
+// Package redistest starts real redis-server processes for tests, each on a
+// loopback address of its own (a random 127.x.y.z) and a port outside the
+// kernel's ephemeral range. It is imported only from _test files:
+// sidelock's behaviour under failures (killed, frozen or restarted masters)
+// is only worth testing against the real server, never against a mock.
+//
+// Why an address of its own: Restart must bring a killed master back on
+// the same address and port, and between the kill and the restart the
+// port is free. On the shared 127.0.0.1, another process (go test ./...
+// runs packages in parallel) could take it in between: a listener asking
+// the kernel for any port, or any outgoing connection's local port. No
+// other process binds a random 127.x.y.z, and the kernel never hands out
+// a port outside its ephemeral range on its own, so the gap is safe.
 package redistest
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -30,8 +40,19 @@ const (
 	startAttempts = 5
 
 	// restartAttempts is how many times Restart retries binding its fixed
-	// port, which a dying predecessor or a stray client may still hold.
+	// address, which a dying predecessor or a stray client may still hold;
+	// restartTimeout bounds all of them together, so a Restart that cannot
+	// succeed fails the test clearly instead of hanging it.
 	restartAttempts = 20
+	restartBackoff  = 50 * time.Millisecond
+	restartTimeout  = 3 * readyTimeout
+
+	// portProbes is how many random ports pickPort tries on one address.
+	portProbes = 50
+
+	// defaultHost is the shared loopback address: used only when asked
+	// (WithHost), with WithTLS, or where 127.x.y.z cannot be bound.
+	defaultHost = "127.0.0.1"
 
 	// logTail is how much of the server log a failure report shows.
 	logTail = 4 << 10
@@ -51,6 +72,19 @@ type config struct {
 	// tlsArgs, when set, opens a TLS port next to the plain one; Start
 	// picks it with the plain port, so a taken one is retried as well.
 	tlsArgs []string
+	// host is the address to bind (WithHost); empty for one of its own.
+	host string
+}
+
+// WithHost binds the server to host (an IP address such as "127.0.0.1")
+// instead of a random loopback address of its own: for tests that need a
+// name known in advance, such as a certificate's IP address or a
+// "localhost:port" alias of the server. A shared address gives up part of
+// the protection against another process taking the port while the server
+// is down between Kill and Restart (the port stays outside the kernel's
+// ephemeral range).
+func WithHost(host string) Option {
+	return func(c *config) { c.host = host }
 }
 
 // WithAppendOnly turns on the append-only file with an fsync per write, so
@@ -70,7 +104,10 @@ func WithArgs(args ...string) Option {
 
 // WithTLS opens a TLS port (see TLSAddr) serving certFile/keyFile and
 // trusting client certificates signed by caFile; requireClientCert is
-// redis-server's --tls-auth-clients. The plain port stays open.
+// redis-server's --tls-auth-clients. The plain port stays open. Because
+// test certificates name 127.0.0.1 (or localhost), and the address must be
+// known before the certificate is written, a TLS server binds 127.0.0.1
+// unless WithHost says otherwise.
 func WithTLS(certFile, keyFile, caFile string, requireClientCert bool) Option {
 	auth := "no"
 	if requireClientCert {
@@ -85,6 +122,7 @@ func WithTLS(certFile, keyFile, caFile string, requireClientCert bool) Option {
 // Server is one running (or deliberately killed or frozen) redis-server.
 type Server struct {
 	binary  string
+	host    string // the loopback address it binds; fixed for its life
 	port    int
 	tlsPort int // 0 without WithTLS
 	dir     string
@@ -101,9 +139,10 @@ type process struct {
 	exited chan struct{} // closed once cmd.Wait returns
 }
 
-// Start runs a redis-server on a free 127.0.0.1 port with persistence off
-// and its working directory in t.TempDir, waits until it answers PING, and
-// kills it when the test ends.
+// Start runs a redis-server on a loopback address of its own (a random
+// 127.x.y.z; see WithHost and WithTLS) and a free port outside the
+// ephemeral range, with persistence off and its working directory in
+// t.TempDir, waits until it answers PING, and kills it when the test ends.
 //
 // A missing redis-server binary fails the test, because silently skipping
 // would hide that the interesting tests never ran; set SIDELOCK_SKIP_REDIS=1
@@ -125,7 +164,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 
 	var err error
 	for range startAttempts {
-		if s.port, s.tlsPort, err = s.freePorts(); err != nil {
+		if s.host, s.port, s.tlsPort, err = pickAddress(cfg.host, cfg.tlsArgs != nil); err != nil {
 			continue
 		}
 		if err = s.launch(); err == nil {
@@ -146,26 +185,19 @@ func StartN(t testing.TB, n int, opts ...Option) []*Server {
 	return servers
 }
 
-// Addr is the server's "127.0.0.1:port"; it stays the same across Restart.
+// Addr is the server's "127.x.y.z:port" (a loopback address); it stays the
+// same across Restart.
 func (s *Server) Addr() string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	return net.JoinHostPort(s.host, strconv.Itoa(s.port))
 }
 
-// TLSAddr is the TLS port's "127.0.0.1:port"; empty without WithTLS.
+// TLSAddr is the TLS port's "host:port" (127.0.0.1 unless WithHost); empty
+// without WithTLS.
 func (s *Server) TLSAddr() string {
 	if s.tlsPort == 0 {
 		return ""
 	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tlsPort))
-}
-
-// freePorts picks the plain port and, with WithTLS, the TLS port.
-func (s *Server) freePorts() (plain, tls int, err error) {
-	if plain, err = freePort(); err != nil || s.tlsArgs == nil {
-		return plain, 0, err
-	}
-	tls, err = freePort()
-	return plain, tls, err
+	return net.JoinHostPort(s.host, strconv.Itoa(s.tlsPort))
 }
 
 // Pid is the current process id, or 0 before the first successful start.
@@ -208,20 +240,50 @@ func (s *Server) signal(sig syscall.Signal) {
 }
 
 // Restart kills the server if it still runs and starts it again on the same
-// port and directory, waiting until it answers PING. Keys survive only with
-// WithAppendOnly; otherwise the master comes back empty, as Redlock's
-// "restart without persistence" case requires.
+// address, port and directory, waiting until it answers PING. Keys survive
+// only with WithAppendOnly; otherwise the master comes back empty, as
+// Redlock's "restart without persistence" case requires. A bind that fails
+// (the predecessor's socket, a stray listener) is retried for a bounded
+// time; then the test fails. Call it from the test's goroutine only, as
+// any t.Fatal; other goroutines use TryRestart.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
-	s.Kill()
-	var err error
-	for range restartAttempts {
-		if err = s.launch(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := s.TryRestart(); err != nil {
+		t.Fatalf("redistest: %v", err)
 	}
-	t.Fatalf("redistest: restarting redis-server on %s: %v\nlog tail:\n%s", s.Addr(), err, s.logTail())
+}
+
+// TryRestart is Restart that returns its error instead of failing the test:
+// for goroutines other than the test's, which must not call t.Fatal. Report
+// the error (t.Error) before the test returns.
+func (s *Server) TryRestart() error {
+	s.Kill()
+	deadline := time.Now().Add(restartTimeout)
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		err := s.launch()
+		if err == nil {
+			return nil
+		}
+		if attempt >= restartAttempts || time.Now().After(deadline) {
+			return fmt.Errorf("restarting redis-server on %s (same address and port) failed %d times in %v%s: %w\nlog tail:\n%s",
+				s.Addr(), attempt, time.Since(start).Round(time.Millisecond), s.bindHint(), err, s.logTail())
+		}
+		time.Sleep(restartBackoff)
+	}
+}
+
+// bindHint says whether the address is taken by another socket right now.
+func (s *Server) bindHint() string {
+	l, err := net.Listen("tcp", s.Addr())
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return " (another socket holds the address)"
+		}
+		return fmt.Sprintf(" (%v)", err)
+	}
+	_ = l.Close()
+	return ""
 }
 
 // launch starts one incarnation and waits until it answers PING.
@@ -252,7 +314,7 @@ func (s *Server) launch() error {
 func (s *Server) commandLine() []string {
 	args := []string{
 		"--port", strconv.Itoa(s.port),
-		"--bind", "127.0.0.1",
+		"--bind", s.host,
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", s.dir,
@@ -291,10 +353,70 @@ func lookupBinary(t testing.TB) string {
 	return ""
 }
 
-// freePort asks the kernel for an unused loopback port. The port is free
-// only until someone else binds it, which is why Start retries.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// pickAddress chooses the address a new server binds: host when set, else
+// 127.0.0.1 for TLS, else a random 127.x.y.z of its own; and on it a free
+// port (and a second one for TLS). Where 127.x.y.z cannot be bound (only
+// 127.0.0.1 is configured, as on macOS by default) it falls back to
+// 127.0.0.1.
+func pickAddress(host string, tls bool) (string, int, int, error) {
+	switch {
+	case host != "":
+	case tls:
+		host = defaultHost
+	default:
+		host = randomLoopback()
+	}
+	plain, err := pickPort(host, 0)
+	if errors.Is(err, syscall.EADDRNOTAVAIL) && host != defaultHost {
+		host = defaultHost
+		plain, err = pickPort(host, 0)
+	}
+	if err != nil || !tls {
+		return host, plain, 0, err
+	}
+	tlsPort, err := pickPort(host, plain)
+	return host, plain, tlsPort, err
+}
+
+// randomLoopback is a random 127.x.y.z other than 127.0.0.1, never ending
+// in .0 or .255.
+func randomLoopback() string {
+	for {
+		a, b, c := rand.IntN(256), rand.IntN(256), 1+rand.IntN(254)
+		if a != 0 || b != 0 || c != 1 {
+			return fmt.Sprintf("127.%d.%d.%d", a, b, c)
+		}
+	}
+}
+
+// pickPort finds a port free on host, other than not, by binding it. It
+// tries random ports outside the kernel's ephemeral range first: the
+// kernel never gives those out by itself (to a listener on port 0, or to
+// an outgoing connection), so no other process lands on it by chance. The
+// port is free only until someone else binds it, which is why Start
+// retries.
+func pickPort(host string, not int) (int, error) {
+	lo, hi := quietPorts()
+	var err error
+	for range portProbes {
+		if hi <= lo {
+			break
+		}
+		port := lo + rand.IntN(hi-lo+1)
+		if port == not {
+			continue
+		}
+		var l net.Listener
+		if l, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port))); err == nil {
+			_ = l.Close()
+			return port, nil
+		}
+		if errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return 0, err
+		}
+	}
+	// No quiet range, or every probe was taken: any port the kernel picks.
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}
@@ -302,32 +424,77 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// quietPorts is the range pickPort draws from: below the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range, 32768–60999 by default on
+// Linux), or above it when too little room is left below.
+var quietPorts = sync.OnceValues(func() (lo, hi int) {
+	const floor, room = 10000, 1000
+	ephLo, ephHi := 32768, 60999
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			l, err1 := strconv.Atoi(f[0])
+			h, err2 := strconv.Atoi(f[1])
+			if err1 == nil && err2 == nil && l <= h {
+				ephLo, ephHi = l, h
+			}
+		}
+	}
+	switch {
+	case ephLo-1-floor >= room:
+		return floor, ephLo - 1
+	case 65535-(ephHi+1) >= room:
+		return ephHi + 1, 65535
+	}
+	return 0, 0 // the kernel hands out nearly every port: no quiet range
+})
+
 // waitReady polls until the server answers PING. A server that requires a
 // password answers NOAUTH, which proves it is serving just as well. It gives
-// up early when the process exits, typically because the port was taken.
+// up as soon as the process exits, typically because the port was taken,
+// and a PING answered after that came from whatever holds the address, not
+// from this server.
 func waitReady(addr string, exited <-chan struct{}) error {
 	deadline := time.Now().Add(readyTimeout)
 	lastErr := errors.New("no attempt made")
-	for time.Now().Before(deadline) {
+	gone := func() error {
 		select {
 		case <-exited:
 			return fmt.Errorf("redis-server exited before answering PING on %s (last probe: %w)", addr, lastErr)
 		default:
-		}
-		if lastErr = ping(addr); lastErr == nil {
 			return nil
+		}
+	}
+	for time.Now().Before(deadline) {
+		if err := gone(); err != nil {
+			return err
+		}
+		if lastErr = ping(addr, exited); lastErr == nil {
+			return gone()
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	return fmt.Errorf("redis-server on %s did not answer PING within %s: %w", addr, readyTimeout, lastErr)
 }
 
-func ping(addr string) error {
+// ping sends one PING; it gives up at once when exited closes, rather
+// than wait out its deadline on a socket that will never answer.
+func ping(addr string, exited <-chan struct{}) error {
 	conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
 		return err
 	}
+	var watch sync.WaitGroup
+	stop := make(chan struct{})
+	defer watch.Wait() // runs last: the watcher ends before ping returns
+	defer close(stop)
 	defer conn.Close()
+	watch.Go(func() {
+		select {
+		case <-exited:
+			_ = conn.Close()
+		case <-stop:
+		}
+	})
 	_ = conn.SetDeadline(time.Now().Add(500 * time.Millisecond))
 	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
 		return err

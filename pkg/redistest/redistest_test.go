@@ -3,7 +3,11 @@ package redistest_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -129,5 +133,126 @@ func TestMissingBinarySkipsOnlyWhenAsked(t *testing.T) {
 	})
 	if !skipped {
 		t.Fatal("Start did not skip with SIDELOCK_SKIP_REDIS=1 and no redis-server on PATH")
+	}
+}
+
+// Each server binds a loopback address of its own, never the shared
+// 127.0.0.1, on a port the kernel does not hand out by itself: no other
+// process can take it while the server is down between Kill and Restart.
+func TestServersGetLoopbackAddressesOfTheirOwn(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	hosts := map[string]bool{}
+	lo, hi := ephemeralRange(t)
+	for _, srv := range servers {
+		host, portText, err := net.SplitHostPort(srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := net.ParseIP(host).To4()
+		if ip == nil || !ip.IsLoopback() {
+			t.Fatalf("Addr() = %s: not an IPv4 loopback address", srv.Addr())
+		}
+		if host == "127.0.0.1" {
+			t.Errorf("Addr() = %s: the shared 127.0.0.1, want an address of its own", srv.Addr())
+		}
+		if ip[3] == 0 || ip[3] == 255 {
+			t.Errorf("Addr() = %s: last octet 0 or 255", srv.Addr())
+		}
+		if hosts[host] {
+			t.Errorf("address %s used by two servers", host)
+		}
+		hosts[host] = true
+		if port, _ := strconv.Atoi(portText); lo > 0 && port >= lo && port <= hi {
+			t.Errorf("Addr() = %s: port in the kernel's ephemeral range %d-%d", srv.Addr(), lo, hi)
+		}
+		if srv.TLSAddr() != "" {
+			t.Errorf("TLSAddr() = %q without WithTLS", srv.TLSAddr())
+		}
+	}
+}
+
+// ephemeralRange is the kernel's ip_local_port_range, or 0, 0 if unknown.
+func ephemeralRange(t *testing.T) (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	lo, _ = strconv.Atoi(f[0])
+	hi, _ = strconv.Atoi(f[1])
+	return lo, hi
+}
+
+func TestWithHostBindsTheGivenAddress(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithHost("127.0.0.1"))
+	if host, _, _ := net.SplitHostPort(srv.Addr()); host != "127.0.0.1" {
+		t.Fatalf("Addr() = %s, want host 127.0.0.1", srv.Addr())
+	}
+	if err := ping(t, srv); err != nil {
+		t.Fatalf("PING %s: %v", srv.Addr(), err)
+	}
+}
+
+// While something else holds the server's address, a restart fails
+// clearly and within its bound (it does not hang, and does not move to
+// another port); once the address is free again, it comes back there.
+func TestRestartOnATakenAddressFailsClearlyThenSucceeds(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := srv.Addr()
+	srv.Kill()
+	squatter, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("taking %s: %v", addr, err)
+	}
+	began := time.Now()
+	err = srv.TryRestart()
+	took := time.Since(began)
+	_ = squatter.Close()
+	if err == nil {
+		t.Fatal("TryRestart succeeded while another socket held the address")
+	}
+	if !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "another socket holds the address") {
+		t.Errorf("TryRestart error does not name the address and the cause: %v", err)
+	}
+	if took > 20*time.Second {
+		t.Errorf("TryRestart took %v to give up", took)
+	}
+	t.Logf("TryRestart gave up after %v: %s", took.Round(time.Millisecond), strings.SplitN(err.Error(), "\n", 2)[0])
+	srv.Restart(t)
+	if srv.Addr() != addr {
+		t.Fatalf("Addr() = %s after Restart, want %s", srv.Addr(), addr)
+	}
+	if err := ping(t, srv); err != nil {
+		t.Fatalf("PING after Restart: %v", err)
+	}
+}
+
+// A restart retries while the address is briefly taken (the predecessor's
+// socket, a stray listener), and succeeds on the same address.
+func TestRestartRetriesWhileTheAddressIsBrieflyTaken(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithAppendOnly())
+	addr := srv.Addr()
+	srv.Kill()
+	squatter, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("taking %s: %v", addr, err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		time.Sleep(200 * time.Millisecond)
+		_ = squatter.Close()
+	})
+	if err := srv.TryRestart(); err != nil {
+		t.Fatalf("TryRestart: %v", err)
+	}
+	if srv.Addr() != addr {
+		t.Fatalf("Addr() = %s after Restart, want %s", srv.Addr(), addr)
+	}
+	if err := ping(t, srv); err != nil {
+		t.Fatalf("PING after Restart: %v", err)
 	}
 }

@@ -44,8 +44,9 @@ func TestChaos(t *testing.T) {
 			for _, p := range res.problems {
 				t.Error(p)
 			}
-			t.Logf("%s: %d grants, %d overlaps, %d fence violations, availability %.1f%%, recovery %v (%v)",
-				sc.name, res.v.grants, res.v.overlaps, res.v.fenceViolations, 100*res.v.availability, res.v.recovery.Round(time.Millisecond), res.took.Round(time.Second))
+			t.Logf("%s: %d grants, %d overlaps, %d fence violations, %d broken promises (%d valid_untils of %d grants checked; by source: %s; by client: %s), availability %.1f%%, recovery %v (%v)",
+				sc.name, res.v.grants, res.v.overlaps, res.v.fenceViolations, res.v.brokenPromises, res.v.promisesChecked, res.v.promiseGrants,
+				kindsText(res.v.promisesBySource), kindsText(res.v.promisesByKind), 100*res.v.availability, res.v.recovery.Round(time.Millisecond), res.took.Round(time.Second))
 		})
 	}
 	table := renderResults(m, results)
@@ -66,12 +67,12 @@ func renderResults(m string, results []result) string {
 		"%d workers per sidecar on %d hot names; key ttl %v, node timeout %v, health interval %v.\n\n",
 		m, time.Now().UTC().Format("2006-01-02"), numMasters, numSidecars, len(normalMix), len(hotNames), keyTTL, nodeTimeout, healthInterval)
 	b.WriteString(howToRead)
-	b.WriteString("| scenario | Redlock assumptions | grants (in fault) | mutual-exclusion violations | fence-order violations | availability (in fault) | recovery | dead holder's lock held ≤ | goroutines before→after | RSS MB before→after | failures by cause |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| scenario | Redlock assumptions | grants (in fault) | mutual-exclusion violations | fence-order violations | broken promises (valid_untils checked) | availability (in fault) | recovery | dead holder's lock held ≤ | goroutines before→after | RSS MB before→after | failures by cause |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %d (%d) | %d | %d | %.1f%% (%.1f%%) | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d (%d) | %d | %d | %d (%d) | %.1f%% (%.1f%%) | %s | %s | %s | %s | %s |\n",
 			r.name, shortAssumption(r.assumptions), r.v.grants, r.v.grantsInFault, r.v.overlaps, r.v.fenceViolations,
-			100*r.v.availability, 100*r.v.faultAvail, recoveryText(r.v), deadText(r.v), usageText(r, true), usageText(r, false), failuresText(r.v.failures))
+			r.v.brokenPromises, r.v.promisesChecked, 100*r.v.availability, 100*r.v.faultAvail, recoveryText(r.v), deadText(r.v), usageText(r, true), usageText(r, false), failuresText(r.v.failures))
 	}
 	b.WriteString("\n## Observations\n\n")
 	for _, r := range results {
@@ -86,6 +87,9 @@ func renderResults(m string, results []result) string {
 		if r.v.fenceViolations > 0 {
 			fmt.Fprintf(&b, " First fence-order violation: %s.", r.v.worstFenceReport)
 		}
+		if r.v.brokenPromises > 0 {
+			fmt.Fprintf(&b, " Worst broken promise (by %v): %s.", r.v.worstBrokenBy.Round(time.Millisecond), r.v.worstPromise)
+		}
 		if r.v.liveRejected > 0 {
 			fmt.Fprintf(&b, " %d writes of holders that believed their lock valid were rejected by the fence (a newer holder had written).", r.v.liveRejected)
 		}
@@ -99,6 +103,21 @@ func renderResults(m string, results []result) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// kindsText is the valid_untils checked, by the kind of client they were
+// published to.
+func kindsText(byKind map[string]int) string {
+	keys := make([]string, 0, len(byKind))
+	for k := range byKind {
+		keys = append(keys, k)
+	}
+	sortStrings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, byKind[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 func percents(fs []float64) string {
@@ -178,7 +197,9 @@ func sortStrings(s []string) { slices.Sort(s) }
 // howToRead explains the table's columns and the assumptions it refers to.
 const howToRead = `Each scenario runs on a fresh cluster: the workers (plain leases with heartbeats, held connections, waiters, try-once
 callers) take turns on the hot names, writing to a fenced resource (examples/fenced-resource's Store) during every
-critical section; a prober tries a private name on every sidecar every 100ms. Faults start after a warm-up and are
+critical section; a quarter of the plain leases lower their ttl below the key ttl with an immediate heartbeat, and a
+quarter of the held locks ask for a max_hold they then run into. A prober tries a private name on every sidecar
+every 100ms. Faults start after a warm-up and are
 healed before a quiet tail.
 
 - **Redlock assumptions** — *within*: masters fail by crashing, freezing or being cut off, at most a minority at a
@@ -191,6 +212,11 @@ healed before a quiet tail.
 - **fence-order violations** — grants whose fence was not above that of a critical section that ended before they
   began. (The resource itself never accepts a lower fence than it has seen; writes it rejected from holders that
   believed their lock valid are listed under Observations.)
+- **broken promises** — every valid_until a sidecar published (acquire answers, heartbeat answers, renewed events of
+  held connections, including those of the killed holder processes) is a promise that no one else gets the name
+  before then. Each grant's promise runs to the latest valid_until it was given, or to the moment its client began to
+  release it (a loss notice does not end it); a grant of the same name answered before an earlier promise ended is
+  broken. In brackets: how many valid_untils were checked.
 - **availability** — share of the prober's try-once acquisitions that were granted, over the whole run (and during
   the fault); **recovery** — from the end of the fault until every sidecar granted a probe again.
 - **dead holder's lock held ≤** — for holders that died (a killed client process, a client that stopped

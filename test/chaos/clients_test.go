@@ -50,6 +50,17 @@ const (
 	releaseTime   = time.Second
 )
 
+// Uses of the API whose valid_until is easy to over-promise, mixed into
+// the ordinary workers so that the oracle's promise check meets them: a
+// quarter of the plain leases heartbeat at once with a ttl below the key
+// ttl (their lease then lapses before the acquire's valid_until if the
+// client dies or stalls), and a quarter of the held locks ask for a
+// max_hold shorter than the key ttl and run into it.
+const (
+	loweredTTL  = keyTTL / 2
+	maxHoldBase = 500 * time.Millisecond // plus up to as much again
+)
+
 // worker is one simulated application process using one sidecar.
 type worker struct {
 	id    int
@@ -104,11 +115,14 @@ func (w *worker) workTime() time.Duration {
 }
 
 // grant is a lock as the worker sees it: until deadline (valid_until on
-// the test's monotonic clock) it may act.
+// the test's monotonic clock) it may act. promise is its record in the
+// oracle, which every valid_until published to it goes to.
 type grant struct {
 	token    string
 	fence    int64
 	deadline time.Time
+	promise  *promise
+	ttl      time.Duration // the heartbeats' ttl; 0: the lease's own
 }
 
 // deadlineOf turns valid_until (wall clock, same host) into a deadline on
@@ -122,29 +136,42 @@ func (w *worker) leaseOnce(ctx context.Context, name string) {
 	}
 	actx, cancel := context.WithTimeout(ctx, wait+requestGrace)
 	owner := w.nextOwner("w")
+	kind, ttl := w.kind.String(), time.Duration(0)
+	if w.rng.IntN(4) == 0 {
+		kind, ttl = kind+" (ttl lowered)", loweredTTL
+	}
 	l, err := w.api.Acquire(actx, name, client.Options{TTL: keyTTL, Wait: wait, Owner: owner})
+	answered := wallNow()
 	cancel()
 	if err != nil {
 		w.failed(ctx, err)
 		return
 	}
-	g := grant{token: l.Token, fence: l.Fence, deadline: deadlineOf(l.ValidUntil)}
+	g := grant{token: l.Token, fence: l.Fence, deadline: deadlineOf(l.ValidUntil), ttl: ttl,
+		promise: w.o.granted(name, owner, kind, w.car.idx, l.Fence, answered, l.ValidUntil)}
 	if !time.Now().Before(g.deadline) {
 		w.o.fail("late_grant") // answered after its own validity: never act on it
-		w.release(name, g.token)
+		w.release(name, g.token, g.promise)
 		return
 	}
 	s := w.o.enter(name, owner, w.id, w.car.idx, g.fence)
 	reason, at := w.critical(ctx, name, &g)
 	w.o.leave(s, at, reason)
-	if reason == "killed" {
+	switch reason {
+	case "killed":
+		w.o.kept(g.promise, "the client died (no heartbeat, no release)")
 		w.o.died(name, owner, at, "client")
 		return // a dead process releases nothing
-	}
-	if reason == "paused" {
+	case "paused":
 		w.o.write(name, w.id, g.fence, true) // the stale write, after the pause
+	case "lost":
+		// The sidecar said the lease is gone: the DELETE gives nothing
+		// up, and the promise stands until its valid_until.
+		w.o.kept(g.promise, "a heartbeat was answered lease_gone")
+		w.release(name, g.token, nil)
+		return
 	}
-	w.release(name, g.token)
+	w.release(name, g.token, g.promise)
 }
 
 // critical works until done, lost or out of validity, heartbeating plain
@@ -152,7 +179,16 @@ func (w *worker) leaseOnce(ctx context.Context, name string) {
 // to act.
 func (w *worker) critical(ctx context.Context, name string, g *grant) (string, time.Time) {
 	done := time.Now().Add(w.workTime())
-	nextBeat := time.Now().Add(keyTTL / 3)
+	beatEvery := keyTTL / 3
+	if g.ttl > 0 {
+		// At once: the lease's ttl drops below the key ttl while the
+		// acquire's valid_until still stands.
+		beatEvery = g.ttl / 3
+		if lost := w.beat(ctx, name, g); lost {
+			return "lost", time.Now()
+		}
+	}
+	nextBeat := time.Now().Add(beatEvery)
 	pauseAt := time.Time{}
 	if w.kind == pauser && w.rng.IntN(4) == 0 {
 		pauseAt = time.Now().Add(writeEvery)
@@ -176,7 +212,7 @@ func (w *worker) critical(ctx context.Context, name string, g *grant) (string, t
 			if lost := w.beat(ctx, name, g); lost {
 				return "lost", time.Now()
 			}
-			nextBeat = time.Now().Add(keyTTL / 3)
+			nextBeat = time.Now().Add(beatEvery)
 		}
 		time.Sleep(writeEvery)
 	}
@@ -188,11 +224,12 @@ func (w *worker) critical(ctx context.Context, name string, g *grant) (string, t
 func (w *worker) beat(ctx context.Context, name string, g *grant) (lost bool) {
 	bctx, cancel := context.WithTimeout(ctx, heartbeatTime)
 	defer cancel()
-	l, err := w.api.Extend(bctx, name, g.token, 0)
+	l, err := w.api.Extend(bctx, name, g.token, g.ttl)
 	if errors.Is(err, client.ErrLeaseGone) {
 		return true
 	}
 	if err == nil && l.ValidUntil.After(time.Time{}) {
+		w.o.promised(g.promise, l.ValidUntil, "heartbeat")
 		if d := deadlineOf(l.ValidUntil); d.After(g.deadline) {
 			g.deadline = d
 		}
@@ -200,30 +237,53 @@ func (w *worker) beat(ctx context.Context, name string, g *grant) (lost bool) {
 	return false
 }
 
-func (w *worker) release(name, token string) {
+// release gives the lease up (DELETE); p, when set, is the grant whose
+// promise this ends, from the moment the DELETE was sent — unless it never
+// reached the sidecar (connection refused: a dead sidecar, whose keys stay
+// until they expire, so the promise stands).
+func (w *worker) release(name, token string, p *promise) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTime)
 	defer cancel()
-	_ = w.api.Release(ctx, name, token)
+	sent := wallNow()
+	err := w.api.Release(ctx, name, token)
+	if p == nil {
+		return
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		w.o.kept(p, "its DELETE was refused (the sidecar was down)")
+		return
+	}
+	w.o.releasing(p, sent)
 }
 
 // holdOnce holds a lock over a connection; renewals move the deadline.
 func (w *worker) holdOnce(ctx context.Context, name string) {
 	actx, cancel := context.WithTimeout(ctx, waitFor+requestGrace)
 	owner := w.nextOwner("h")
-	h, err := w.api.Hold(actx, name, client.Options{Wait: waitFor, Owner: owner})
+	kind, maxHold := w.kind.String(), time.Duration(0)
+	if w.rng.IntN(4) == 0 {
+		kind, maxHold = kind+" (max_hold)", maxHoldBase+time.Duration(w.rng.Int64N(int64(maxHoldBase)))
+	}
+	h, err := w.api.Hold(actx, name, client.Options{Wait: waitFor, Owner: owner, MaxHold: maxHold})
+	answered := wallNow()
 	cancel()
 	if err != nil {
 		w.failed(ctx, err)
 		return
 	}
-	defer h.Release()
-	g := grant{token: h.Lease.Token, fence: h.Lease.Fence, deadline: deadlineOf(h.Lease.ValidUntil)}
+	g := grant{token: h.Lease.Token, fence: h.Lease.Fence, deadline: deadlineOf(h.Lease.ValidUntil),
+		promise: w.o.granted(name, owner, kind, w.car.idx, h.Lease.Fence, answered, h.Lease.ValidUntil)}
+	streamEnded := false // the sidecar ended the stream (lost, released, or died)
+	defer func() { w.closeHold(h, g.promise, streamEnded) }()
 	if !time.Now().Before(g.deadline) {
 		w.o.fail("late_grant")
 		return
 	}
 	s := w.o.enter(name, owner, w.id, w.car.idx, g.fence)
 	done := time.Now().Add(w.workTime())
+	if maxHold > 0 {
+		done = time.Now().Add(maxHold + maxHoldBase) // runs into the cap
+	}
 	for {
 		now := time.Now()
 		if !now.Before(g.deadline) {
@@ -234,7 +294,7 @@ func (w *worker) holdOnce(ctx context.Context, name string) {
 			w.o.leave(s, now, "done")
 			return
 		}
-		if ended := w.drainEvents(h, &g); ended {
+		if streamEnded = w.drainEvents(h, &g); streamEnded {
 			w.o.leave(s, time.Now(), "lost")
 			return
 		}
@@ -243,21 +303,66 @@ func (w *worker) holdOnce(ctx context.Context, name string) {
 	}
 }
 
-// drainEvents applies renewals and reports whether the stream ended.
+// drainEvents applies the stream's events and reports whether it ended.
+// Every event that carries a valid_until is a promise (renewed; expiring,
+// when renewals keep failing; a lost at shutdown, whose valid_until still
+// stands); only renewals move the deadline, and never earlier.
 func (w *worker) drainEvents(h *client.Held, g *grant) bool {
 	for {
 		select {
 		case e, ok := <-h.Events():
-			if !ok || e.Kind != "renewed" {
+			if !ok {
 				return true
 			}
-			if d := deadlineOf(e.ValidUntil); d.After(g.deadline) {
-				g.deadline = d
+			w.recordEvent(g.promise, e)
+			switch e.Kind {
+			case "released", "lost":
+				return true
+			case "renewed":
+				if d := deadlineOf(e.ValidUntil); d.After(g.deadline) {
+					g.deadline = d
+				}
 			}
 		default:
 			return false
 		}
 	}
+}
+
+// recordEvent gives the oracle the valid_until an event carries, if any.
+func (w *worker) recordEvent(p *promise, e client.Event) {
+	if !e.ValidUntil.IsZero() {
+		w.o.promised(p, e.ValidUntil, e.Kind)
+	}
+}
+
+// closeHold closes a held lock's connection, which releases it, unless
+// the sidecar already ended the stream (lost, or the sidecar died): then
+// the client gave nothing up and the promise stands until valid_until.
+// Events the worker had not read yet still count as published.
+func (w *worker) closeHold(h *client.Held, p *promise, ended bool) {
+	select {
+	case <-h.Done():
+		ended = true
+	default:
+	}
+	if ended {
+		w.o.kept(p, "the sidecar ended the held stream ("+endOf(h)+")")
+	} else {
+		w.o.releasing(p, wallNow())
+	}
+	h.Release()
+	for e := range h.Events() { // closed once the stream ended
+		w.recordEvent(p, e)
+	}
+}
+
+// endOf names a held stream's final event, if it had one yet.
+func endOf(h *client.Held) string {
+	if e := h.End(); e.Kind != "" {
+		return e.Kind + " " + e.Reason
+	}
+	return "no final event: the connection broke"
 }
 
 // failed records a failed acquisition and backs off.

@@ -73,6 +73,8 @@ const (
 	numMasters     = 5
 	numSidecars    = 3
 	keyPrefix      = "chaos:"
+	// shutdownTimeout bounds a sidecar's graceful shutdown (SIGTERM).
+	shutdownTimeout = 2 * time.Second
 )
 
 // cluster is 5 real masters, and 3 sidelock processes each reaching every
@@ -232,20 +234,19 @@ func (c *cluster) newSidecar(idx int) *sidecarProc {
 		"SIDELOCK_REDIS_ADDRS="+strings.Join(addrs, ","),
 		"SIDELOCK_KEY_TTL="+keyTTL.String(), "SIDELOCK_NODE_TIMEOUT="+nodeTimeout.String(),
 		"SIDELOCK_HEALTH_INTERVAL="+healthInterval.String(), "SIDELOCK_KEY_PREFIX="+keyPrefix,
-		"SIDELOCK_LOG_FORMAT=json", "SIDELOCK_LOG_LEVEL=info", "SIDELOCK_SHUTDOWN_TIMEOUT=2s",
+		"SIDELOCK_LOG_FORMAT=json", "SIDELOCK_LOG_LEVEL=info", "SIDELOCK_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(),
 		"SIDELOCK_MAX_WAIT=1m")
 	t.Cleanup(s.kill)
 	return s
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
+func freeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer ln.Close()
-	return ln.Addr().String()
+	return ln.Addr().String(), nil
 }
 
 // portAttempts bounds the first start's retries: a port freeAddr found
@@ -255,25 +256,41 @@ const portAttempts = 5
 
 // start runs the process and waits until it serves /healthz. The first
 // start picks the listeners' addresses, again if one was taken meanwhile;
-// restarts keep them, so clients reconnect to the same place.
+// restarts keep them, so clients reconnect to the same place. It fails the
+// test: call it from the test's goroutine only (others use tryStart).
 func (s *sidecarProc) start() {
 	s.t.Helper()
+	if err := s.tryStart(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// tryStart is start that returns its error instead of failing the test.
+func (s *sidecarProc) tryStart() error {
 	if s.apiAddr != "" {
 		if err := s.launch(); err != nil {
-			s.t.Fatalf("sidecar %d: %v:\n%s", s.idx, err, s.logTail())
+			return fmt.Errorf("sidecar %d: %w:\n%s", s.idx, err, s.logTail())
 		}
-		return
+		return nil
 	}
 	for attempt := 1; ; attempt++ {
-		s.apiAddr, s.adminAddr = freeAddr(s.t), freeAddr(s.t)
+		api, err := freeAddr()
+		admin := ""
+		if err == nil {
+			admin, err = freeAddr()
+		}
+		if err != nil {
+			return fmt.Errorf("sidecar %d: %w", s.idx, err)
+		}
+		s.apiAddr, s.adminAddr = api, admin
 		s.api, s.admin = "http://"+s.apiAddr, "http://"+s.adminAddr
 		_ = os.Remove(s.logPath) // judge this attempt by its own log
-		err := s.launch()
+		err = s.launch()
 		if err == nil {
-			return
+			return nil
 		}
 		if attempt == portAttempts || !strings.Contains(s.logTail(), "address already in use") {
-			s.t.Fatalf("sidecar %d: %v:\n%s", s.idx, err, s.logTail())
+			return fmt.Errorf("sidecar %d: %w:\n%s", s.idx, err, s.logTail())
 		}
 		s.t.Logf("sidecar %d: a listener's port was taken before it bound it; new ports", s.idx)
 	}
@@ -303,6 +320,7 @@ func (s *sidecarProc) launch() error {
 		default:
 		}
 		if time.Now().After(deadline) {
+			s.kill() // not left running (and its waiter with it) behind the next attempt
 			return fmt.Errorf("does not serve /healthz")
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -329,6 +347,23 @@ func (s *sidecarProc) kill() {
 		_ = s.cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies only once resumed
 		_ = s.cmd.Process.Kill()
 		<-s.exit
+	}
+}
+
+// terminate is SIGTERM, the graceful shutdown Kubernetes starts with; it
+// waits (bounded) for the process to exit and kills it after that, and
+// reports whether it exited on its own.
+func (s *sidecarProc) terminate(within time.Duration) bool {
+	if !s.running() {
+		return true
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exit:
+		return true
+	case <-time.After(within):
+		s.kill()
+		return false
 	}
 }
 

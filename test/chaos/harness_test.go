@@ -143,8 +143,13 @@ func (r *run) killSidecar(i int) {
 	r.note("kill -9 of sidecar %d holding %d locks", i, len(open))
 }
 
+// restartSidecar starts a killed sidecar again. It may run on a goroutine
+// other than the test's (the mixed scenario's), so it reports a failure
+// with t.Error rather than stop the test; healAll tries again.
 func (r *run) restartSidecar(i int) {
-	r.c.sidecars[i].start()
+	if err := r.c.sidecars[i].tryStart(); err != nil {
+		r.t.Error(err)
+	}
 	r.restarted[i] = true
 }
 
@@ -192,9 +197,7 @@ func runScenario(t *testing.T, sc scenario, m string) result {
 	stop()
 	waitBounded(t, &r.wg, 10*time.Second, "workers")
 	waitBounded(t, &probes, 5*time.Second, "prober")
-	if !o.waitWatches(4 * keyTTL) {
-		t.Error("the watches of dead holders' keys did not end")
-	}
+	waitBounded(t, &o.watches, 4*keyTTL, "the watches of dead holders' keys")
 	c.healAll()
 	after := settle(c)
 	res := result{name: sc.name, assumptions: sc.assumptions(), v: o.judge(start, r.faultStart, r.faultEnd, end, len(c.sidecars)),
@@ -207,14 +210,34 @@ func runScenario(t *testing.T, sc scenario, m string) result {
 	return res
 }
 
-// waitBounded waits for wg, failing the test (not hanging it) after d.
+// waitBounded waits for wg, failing the test after d; it then waits up
+// to stragglerWait more, so goroutines that are merely slow still end
+// before the test does, while a stuck one fails the test without hanging it.
 func waitBounded(t *testing.T, wg *sync.WaitGroup, d time.Duration, what string) {
+	if !returnsWithin(wg.Wait, d) {
+		t.Errorf("%s still running %v after the run ended", what, d)
+		if !returnsWithin(wg.Wait, stragglerWait) {
+			t.Errorf("%s still running %v later: left behind", what, stragglerWait)
+		}
+	}
+}
+
+// stragglerWait is how much longer waitBounded waits for late goroutines.
+const stragglerWait = 30 * time.Second
+
+// returnsWithin runs wait (a WaitGroup's Wait) and reports whether it returned
+// within d. When it did not, the goroutine running it ends only once the
+// group does.
+func returnsWithin(wait func(), d time.Duration) bool {
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { wait(); close(done) }()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
 	select {
 	case <-done:
-	case <-time.After(d):
-		t.Errorf("%s still running %v after the run ended", what, d)
+		return true
+	case <-timer.C:
+		return false
 	}
 }
 
@@ -289,6 +312,10 @@ func check(sc scenario, res result) []string {
 	}
 	if v.overlaps > 0 && sc.within() {
 		bad("%d overlapping critical sections: %s", v.overlaps, v.worstOverlap)
+	}
+	if v.brokenPromises > 0 && !sc.dataLoss {
+		bad("%d grants answered while an earlier grant's valid_until still stood (broken promises, %d valid_untils of %d grants checked); the worst by %v: %s",
+			v.brokenPromises, v.promisesChecked, v.promiseGrants, v.worstBrokenBy.Round(time.Millisecond), v.worstPromise)
 	}
 	if v.grants == 0 {
 		bad("no grants at all")

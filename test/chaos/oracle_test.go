@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	fencedresource "github.com/sidelock/sidelock/examples/fenced-resource"
@@ -34,6 +35,19 @@ import (
 //   - A write after valid_until (only the "paused client" scenario does
 //     that, on purpose) is stale; the resource must reject it once a newer
 //     holder has written.
+//   - Every valid_until a sidecar publishes is a promise: until then, no
+//     one else is granted the name. The acquire answer, every heartbeat
+//     (PUT) answer and every "renewed" event of a held stream carries one;
+//     each grant's promise runs to the latest valid_until ever published
+//     to it, or to the moment its client began to give it up (DELETE
+//     sent, held connection closed), whichever is first. A loss notice
+//     (410 lease_gone, a "lost" event, a stream cut by a dying sidecar)
+//     does not end it: the client did not let go, so an earlier end means
+//     the sidecar promised more than it kept. A grant of the same name
+//     whose answer arrived while an earlier promise stood is a broken
+//     promise. These times are wall-clock readings on one machine (the
+//     clients' receive times and the sidecars' valid_until), which share
+//     a clock.
 type oracle struct {
 	// masters are direct connections to the masters (no proxy), to see
 	// when a dead holder's key is gone.
@@ -47,6 +61,91 @@ type oracle struct {
 	probes   []probe
 	deaths   []death
 	stores   map[string]*fencedresource.Store
+	promises []*promise
+}
+
+// promise is one grant as its valid_untils describe it.
+type promise struct {
+	name    string
+	owner   string
+	sidecar int
+	kind    string // the client: heartbeat, holder, trier, pauser, holder process
+	fence   int64
+	granted time.Time // wall clock: the acquire answer arrived
+	// until is the latest valid_until published to the grant, by what
+	// (acquire, heartbeat, renewed), and how many valid_untils it got.
+	until     time.Time
+	untilBy   string
+	published int
+	// released is when the client began to give the grant up; zero when
+	// it never did (it died, or learnt the lock was gone).
+	released time.Time
+	// history is every valid_until published to it, and fate how it
+	// ended when the client did not release it: for the report.
+	history []publication
+	fate    string
+}
+
+// publication is one valid_until a grant received, and when.
+type publication struct {
+	by             string
+	at, validUntil time.Time
+}
+
+// end is when the promise stopped standing.
+func (p *promise) end() time.Time {
+	if !p.released.IsZero() && p.released.Before(p.until) {
+		return p.released
+	}
+	return p.until
+}
+
+// wallNow is the wall clock, without the monotonic reading, so it
+// compares with the valid_untils the sidecars publish.
+func wallNow() time.Time { return time.Now().Round(0) }
+
+// granted records a grant whose acquire answer arrived at (wall clock)
+// with validUntil.
+func (o *oracle) granted(name, owner, kind string, sidecar int, fence int64, at, validUntil time.Time) *promise {
+	p := &promise{name: name, owner: owner, kind: kind, sidecar: sidecar, fence: fence,
+		granted: at.Round(0), until: validUntil, untilBy: "acquire", published: 1,
+		history: []publication{{by: "acquire", at: at.Round(0), validUntil: validUntil}}}
+	o.mu.Lock()
+	o.promises = append(o.promises, p)
+	o.mu.Unlock()
+	return p
+}
+
+// promised records one more valid_until published to a grant (by a
+// heartbeat answer or a renewed event).
+func (o *oracle) promised(p *promise, validUntil time.Time, by string) {
+	at := wallNow()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	p.published++
+	p.history = append(p.history, publication{by: by, at: at, validUntil: validUntil})
+	if validUntil.After(p.until) {
+		p.until, p.untilBy = validUntil, by
+	}
+}
+
+// kept records why a grant's client did not release it.
+func (o *oracle) kept(p *promise, fate string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if p.fate == "" {
+		p.fate = fate
+	}
+}
+
+// releasing records that the client began to give the grant up at (the
+// first call wins).
+func (o *oracle) releasing(p *promise, at time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if p.released.IsZero() {
+		p.released = at.Round(0)
+	}
 }
 
 type section struct {
@@ -177,18 +276,6 @@ func (o *oracle) heldBy(name, owner string) bool {
 	return n > len(o.masters)/2
 }
 
-// waitWatches waits (bounded) for the watches of dead holders.
-func (o *oracle) waitWatches(within time.Duration) bool {
-	done := make(chan struct{})
-	go func() { o.watches.Wait(); close(done) }()
-	select {
-	case <-done:
-		return true
-	case <-time.After(within):
-		return false
-	}
-}
-
 // activeOn returns the open critical sections of sidecar's clients.
 func (o *oracle) activeOn(sidecar int) []section {
 	o.mu.Lock()
@@ -223,6 +310,16 @@ type verdict struct {
 	bySidecar        []float64     // availability of each sidecar, whole run
 	worstOverlap     string
 	worstFenceReport string
+	// promises: grants checked, valid_untils they were published
+	// (acquire answers, heartbeat answers, renewed events), and grants
+	// answered while an earlier grant's promise stood.
+	promiseGrants    int
+	promisesChecked  int
+	promisesByKind   map[string]int // by the kind of client
+	promisesBySource map[string]int // acquire, heartbeat, renewed, expiring, lost
+	brokenPromises   int
+	worstBrokenBy    time.Duration
+	worstPromise     string
 }
 
 // judge analyses everything recorded. window is the fault; recovery is
@@ -243,6 +340,15 @@ func (o *oracle) judge(start, faultStart, faultEnd, end time.Time, sidecars int)
 	}
 	v.overlaps, v.worstOverlap = overlaps(closed)
 	v.fenceViolations, v.worstFenceReport = fenceOrder(closed)
+	v.promiseGrants, v.promisesByKind, v.promisesBySource = len(o.promises), map[string]int{}, map[string]int{}
+	for _, p := range o.promises {
+		v.promisesChecked += p.published
+		v.promisesByKind[p.kind] += p.published
+		for _, h := range p.history {
+			v.promisesBySource[h.by]++
+		}
+	}
+	v.brokenPromises, v.worstBrokenBy, v.worstPromise = brokenPromises(o.promises)
 	for _, w := range o.writes {
 		switch {
 		case !w.stale && !w.accepted:
@@ -325,6 +431,53 @@ func fenceOrder(sections []*section) (int, string) {
 		}
 	}
 	return n, worst
+}
+
+// brokenPromises counts grants answered while an earlier grant of the same
+// name still had its promise (see oracle), and describes the one that
+// broke a promise by the most.
+func brokenPromises(promises []*promise) (n int, worstBy time.Duration, worst string) {
+	groups := map[string][]*promise{}
+	for _, p := range promises {
+		groups[p.name] = append(groups[p.name], p)
+	}
+	for _, group := range groups {
+		slices.SortStableFunc(group, func(a, b *promise) int { return a.granted.Compare(b.granted) })
+		var standing *promise // the earlier grant whose promise ends last
+		for _, p := range group {
+			if standing != nil && p.granted.Before(standing.end()) {
+				n++
+				if by := standing.end().Sub(p.granted); by > worstBy {
+					worstBy, worst = by, describeBroken(standing, p)
+				}
+			}
+			if standing == nil || p.end().After(standing.end()) {
+				standing = p
+			}
+		}
+	}
+	return n, worstBy, worst
+}
+
+func describeBroken(earlier, later *promise) string {
+	released := "never released"
+	if earlier.fate != "" {
+		released += ": " + earlier.fate
+	}
+	if !earlier.released.IsZero() {
+		released = "released " + earlier.released.Sub(later.granted).Round(time.Millisecond).String() + " after the new grant"
+	}
+	var pubs []string
+	for _, h := range earlier.history {
+		pubs = append(pubs, fmt.Sprintf("%s received +%v valid_until +%v", h.by,
+			h.at.Sub(earlier.granted).Round(time.Millisecond), h.validUntil.Sub(earlier.granted).Round(time.Millisecond)))
+	}
+	return fmt.Sprintf("%s granted to %s (%s on sidecar%d, fence %d) at %s while %s (%s on sidecar%d, fence %d, granted %s earlier) "+
+		"had been promised it until %s — %v later — by its %s (latest of %d valid_untils, relative to its grant: %s); it was %s",
+		earlier.name, later.owner, later.kind, later.sidecar, later.fence, later.granted.Format("15:04:05.000"),
+		earlier.owner, earlier.kind, earlier.sidecar, earlier.fence, later.granted.Sub(earlier.granted).Round(time.Millisecond),
+		earlier.until.Local().Format("15:04:05.000"), earlier.end().Sub(later.granted).Round(time.Millisecond),
+		earlier.untilBy, earlier.published, strings.Join(pubs, "; "), released)
 }
 
 func byName(sections []*section) map[string][]*section {
@@ -420,4 +573,66 @@ func (o *oracle) heldForDead() (worst time.Duration, deaths, unreleased int) {
 		}
 	}
 	return worst, len(o.deaths), unreleased
+}
+
+// The promise checker on hand-made histories: it runs without a cluster.
+func TestBrokenPromisesChecker(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	cases := []struct {
+		name    string
+		history func(o *oracle)
+		broken  int
+		by      time.Duration
+	}{
+		{"released before the next grant", func(o *oracle) {
+			p := o.granted("a", "w1", "heartbeat", 0, 1, at(0), at(2000))
+			o.releasing(p, at(10))
+			o.granted("a", "w2", "heartbeat", 1, 2, at(20), at(2020))
+		}, 0, 0},
+		{"granted while a dead holder's promise stood", func(o *oracle) {
+			o.granted("a", "w1", "heartbeat", 0, 1, at(0), at(2000))
+			o.granted("a", "w2", "holder", 1, 2, at(1000), at(3000))
+		}, 1, time.Second},
+		{"a heartbeat's later valid_until counts", func(o *oracle) {
+			p := o.granted("a", "w1", "heartbeat", 0, 1, at(0), at(1000))
+			o.promised(p, at(3000), "heartbeat")
+			o.promised(p, at(1500), "heartbeat") // a lower one does not take it back
+			o.releasing(p, at(5000))
+			o.granted("a", "w2", "trier", 1, 2, at(2000), at(4000))
+		}, 1, time.Second},
+		{"a renewal's valid_until counts until the client let go", func(o *oracle) {
+			p := o.granted("a", "h1", "holder", 0, 1, at(0), at(1000))
+			o.promised(p, at(3000), "renewed")
+			o.releasing(p, at(1200))
+			o.granted("a", "w2", "heartbeat", 1, 2, at(1300), at(3300))
+		}, 0, 0},
+		{"granted exactly at valid_until", func(o *oracle) {
+			o.granted("a", "w1", "heartbeat", 0, 1, at(0), at(2000))
+			o.granted("a", "w2", "heartbeat", 1, 2, at(2000), at(4000))
+		}, 0, 0},
+		{"other names do not interact", func(o *oracle) {
+			o.granted("a", "w1", "heartbeat", 0, 1, at(0), at(2000))
+			o.granted("b", "w2", "heartbeat", 1, 2, at(10), at(2010))
+		}, 0, 0},
+		{"each later grant inside a promise counts", func(o *oracle) {
+			o.granted("a", "w1", "heartbeat", 0, 1, at(0), at(2000))
+			p := o.granted("a", "w2", "heartbeat", 1, 2, at(500), at(2500))
+			o.releasing(p, at(600))
+			o.granted("a", "w3", "heartbeat", 2, 3, at(700), at(2700))
+		}, 2, 1500 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newOracle(nil)
+			tc.history(o)
+			n, by, worst := brokenPromises(o.promises)
+			if n != tc.broken || by != tc.by {
+				t.Fatalf("brokenPromises = %d by %v (%s), want %d by %v", n, by, worst, tc.broken, tc.by)
+			}
+			if n > 0 && worst == "" {
+				t.Fatal("no description of the worst broken promise")
+			}
+		})
+	}
 }

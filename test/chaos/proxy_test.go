@@ -22,6 +22,10 @@ type proxy struct {
 	fault  netFault
 	links  map[*link]struct{}
 	closed bool
+
+	// running counts every goroutine of the proxy (accept loop, links,
+	// pumps): close waits for them, so none outlives the test.
+	running sync.WaitGroup
 }
 
 // netFault is the state of one path.
@@ -67,7 +71,7 @@ func startProxy(target string) (*proxy, error) {
 		return nil, err
 	}
 	p := &proxy{ln: ln, target: target, links: map[*link]struct{}{}}
-	go p.accept()
+	p.running.Go(p.accept)
 	return p, nil
 }
 
@@ -94,14 +98,18 @@ func (p *proxy) current() netFault {
 	return p.fault
 }
 
+// close stops accepting, cuts every link and waits until every goroutine
+// of the proxy has ended (each ends once its connections are closed; a
+// dial to the master in progress ends within its timeout).
 func (p *proxy) close() {
+	_ = p.ln.Close() // first: no link is added after the sweep below
 	p.mu.Lock()
 	p.closed = true
 	for l := range p.links {
 		p.dropLocked(l)
 	}
 	p.mu.Unlock()
-	_ = p.ln.Close()
+	p.running.Wait()
 }
 
 func (p *proxy) dropLocked(l *link) {
@@ -116,7 +124,7 @@ func (p *proxy) accept() {
 		if err != nil {
 			return
 		}
-		go p.serve(c)
+		p.running.Go(func() { p.serve(c) })
 	}
 }
 
@@ -141,12 +149,14 @@ func (p *proxy) serve(c net.Conn) {
 	p.links[l] = struct{}{}
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
-	go func() { p.pump(l, s, c); done <- struct{}{} }()
-	go func() { p.pump(l, c, s); done <- struct{}{} }()
+	var pumps sync.WaitGroup
+	pumps.Go(func() { p.pump(l, s, c); done <- struct{}{} })
+	pumps.Go(func() { p.pump(l, c, s); done <- struct{}{} })
 	<-done
 	p.mu.Lock()
 	p.dropLocked(l)
 	p.mu.Unlock()
+	pumps.Wait() // the other direction ends now that both ends are closed
 }
 
 // pump copies src to dst, applying the path's fault to each read. Reads
@@ -158,7 +168,9 @@ func (p *proxy) pump(l *link, dst, src net.Conn) {
 		due  time.Time
 	}
 	queue := make(chan chunk, 256)
-	go func() {
+	var reader sync.WaitGroup
+	defer reader.Wait()
+	reader.Go(func() {
 		defer close(queue)
 		buf := make([]byte, 32<<10)
 		for {
@@ -172,7 +184,7 @@ func (p *proxy) pump(l *link, dst, src net.Conn) {
 				return
 			}
 		}
-	}()
+	})
 	for c := range queue {
 		time.Sleep(time.Until(c.due))
 		if _, err := dst.Write(c.data); err != nil {

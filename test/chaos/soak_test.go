@@ -63,6 +63,10 @@ func TestSoak(t *testing.T) {
 	if v.overlaps > 0 || v.fenceViolations > 0 {
 		t.Errorf("%d overlaps, %d fence-order violations: %s %s", v.overlaps, v.fenceViolations, v.worstOverlap, v.worstFenceReport)
 	}
+	if v.brokenPromises > 0 {
+		t.Errorf("%d broken promises (%d valid_untils of %d grants checked); the worst by %v: %s",
+			v.brokenPromises, v.promisesChecked, v.promiseGrants, v.worstBrokenBy.Round(time.Millisecond), v.worstPromise)
+	}
 	for i := range idleAfter {
 		if idleAfter[i].goroutines > idleBefore[i].goroutines+goroutineSlack {
 			t.Errorf("sidecar %d: %v goroutines idle after the soak, %v before", i, idleAfter[i].goroutines, idleBefore[i].goroutines)
@@ -149,7 +153,7 @@ func renderSoak(length, every time.Duration, samples []soakSample, before, after
 		row(s.at.Round(time.Second).String(), fmt.Sprint(s.grants), s.cars)
 	}
 	row("idle after", "—", after)
-	fmt.Fprintf(&b, "\n%d grants, %d mutual-exclusion violations, %d fence-order violations, availability %.2f%%, failures %s.\n",
-		v.grants, v.overlaps, v.fenceViolations, 100*v.availability, failuresText(v.failures))
+	fmt.Fprintf(&b, "\n%d grants, %d mutual-exclusion violations, %d fence-order violations, %d broken promises (%d valid_untils checked), availability %.2f%%, failures %s.\n",
+		v.grants, v.overlaps, v.fenceViolations, v.brokenPromises, v.promisesChecked, 100*v.availability, failuresText(v.failures))
 	return b.String()
 }

@@ -53,18 +53,25 @@ func startSidecar(t *testing.T, servers []*redistest.Server, persistent bool) *s
 	}
 	checker, err := health.New(nodes, locker.Quorum(), health.Config{
 		Interval: 50 * time.Millisecond, Timeout: 50 * time.Millisecond,
-		RestartGuard: keyTTL, MastersPersistent: persistent, Fencing: true, SetEligible: locker.SetEligible,
+		RestartGuard: keyTTL, MastersPersistent: persistent, Fencing: true, SetEligible: locker.SetEligibility,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go checker.Run(ctx)
 	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "prop:", KeyTTL: keyTTL, DefaultTTL: keyTTL, MaxTTL: time.Hour, MaxWait: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); m.Close(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	var checking sync.WaitGroup
+	checking.Go(func() { checker.Run(ctx) })
+	// Cleanups run last-in first-out: the checker has ended and the
+	// manager closed before the nodes they use are closed.
+	t.Cleanup(func() {
+		cancel()
+		checking.Wait()
+		_ = m.Close(context.Background())
+	})
 	return &sidecar{leases: m, checker: checker}
 }
 
@@ -87,9 +94,17 @@ func TestFencesStayMonotonicWhileMastersCrashAndRestart(t *testing.T) {
 			waitReady(t, cars)
 			ctx, cancel := context.WithTimeout(context.Background(), runFor)
 			defer cancel()
-			restarts := make(chan int, 1000)
-			go chaos(ctx, t, servers, restarts)
+			// The chaos loop and the acquirers both end before the test
+			// goes on: no goroutine of this test outlives it, and only
+			// this goroutine fails the test.
+			var chaosDone sync.WaitGroup
+			var cr chaosReport
+			chaosDone.Go(func() { cr = chaos(ctx, servers) })
 			grants, failures := contend(ctx, cars)
+			chaosDone.Wait()
+			for _, err := range cr.errs {
+				t.Errorf("chaos: %v", err)
+			}
 			violations := fenceViolations(grants)
 			var events health.GuardEvents
 			for _, c := range cars {
@@ -98,7 +113,7 @@ func TestFencesStayMonotonicWhileMastersCrashAndRestart(t *testing.T) {
 				events.NotDurable += e.NotDurable
 			}
 			t.Logf("persistent=%v: %d grants, %d master restarts, %d fence-order violations, failures %v, guard events (all sidecars): restart_probation=%d not_durable=%d",
-				persistent, len(grants), len(restarts), violations, failures, events.RestartProbation, events.NotDurable)
+				persistent, len(grants), cr.restarts, violations, failures, events.RestartProbation, events.NotDurable)
 			if violations != 0 {
 				t.Fatalf("%d fence-order violations", violations)
 			}
@@ -121,20 +136,30 @@ func waitReady(t *testing.T, cars []*sidecar) {
 	}
 }
 
+// chaosReport is what the chaos loop did: how many masters it brought
+// back, and the restarts that failed (reported by the test's goroutine).
+type chaosReport struct {
+	restarts int
+	errs     []error
+}
+
 // chaos kills a random master and restarts it a moment later, never more
-// than a minority at once; it reports each restart.
-func chaos(ctx context.Context, t *testing.T, servers []*redistest.Server, restarts chan<- int) {
+// than a minority at once, until ctx ends; it returns only once every
+// restart it began has finished. It never touches the test's T: a failed
+// restart is returned, for the test to report.
+func chaos(ctx context.Context, servers []*redistest.Server) chaosReport {
 	rng := rand.New(rand.NewPCG(7, 11))
 	var mu sync.Mutex
 	down := map[int]bool{}
+	restarts, errs := 0, []error(nil) // guarded by mu
 	tick := time.NewTicker(chaosEvery)
 	defer tick.Stop()
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			wg.Wait()
+			return chaosReport{restarts: restarts, errs: errs}
 		case <-tick.C:
 		}
 		i := rng.IntN(len(servers))
@@ -149,11 +174,17 @@ func chaos(ctx context.Context, t *testing.T, servers []*redistest.Server, resta
 		downFor := time.Duration(100+rng.IntN(300)) * time.Millisecond // rng stays on this goroutine
 		wg.Go(func() {
 			time.Sleep(downFor)
-			servers[i].Restart(t)
-			restarts <- i
+			err := servers[i].TryRestart()
 			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				// It stays down (and counted as down): the minority bound
+				// holds, and the test fails once the run ends.
+				errs = append(errs, fmt.Errorf("master %d: %w", i, err))
+				return
+			}
+			restarts++
 			delete(down, i)
-			mu.Unlock()
 		})
 	}
 }

@@ -49,8 +49,8 @@ func TestServerInfoOfADurableMaster(t *testing.T) {
 func TestServerInfoOfAReplica(t *testing.T) {
 	t.Parallel()
 	master := redistest.Start(t)
-	_, port, _ := net.SplitHostPort(master.Addr())
-	replica := redistest.Start(t, redistest.WithArgs("--replicaof", "127.0.0.1", port))
+	host, port, _ := net.SplitHostPort(master.Addr())
+	replica := redistest.Start(t, redistest.WithArgs("--replicaof", host, port))
 	info := serverInfo(t, newNode(t, redisnode.Options{Addr: replica.Addr()}))
 	if info.Role != "slave" {
 		t.Fatalf("replica reports role %q", info.Role)
