@@ -90,6 +90,7 @@ port and probes so they cannot drift apart; the lock API stays on loopback.
   "maxTTL" "SIDELOCK_MAX_TTL"
   "keyTTL" "SIDELOCK_KEY_TTL"
   "maxWait" "SIDELOCK_MAX_WAIT"
+  "noQuorumRetry" "SIDELOCK_NO_QUORUM_RETRY"
   "maxHold" "SIDELOCK_MAX_HOLD"
   "restartGuard" "SIDELOCK_RESTART_GUARD"
   "mastersPersistent" "SIDELOCK_MASTERS_PERSISTENT"
