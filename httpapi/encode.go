@@ -99,7 +99,7 @@ func problemFor(err error) problem {
 	case errors.Is(err, lease.ErrNoQuorum):
 		return newProblem(http.StatusServiceUnavailable, "no_quorum", err.Error())
 	case errors.Is(err, lease.ErrShuttingDown):
-		return newProblem(http.StatusServiceUnavailable, "shutting_down", "the sidecar is shutting down and releasing its locks")
+		return newProblem(http.StatusServiceUnavailable, "shutting_down", "the sidecar is shutting down")
 	case errors.Is(err, context.Canceled):
 		return newProblem(499, "client_closed_request", "the client went away; nothing is held for it")
 	case errors.Is(err, context.DeadlineExceeded):

@@ -235,7 +235,7 @@ func (s *Sidecar) startChecks(checker *health.Checker, after time.Duration) {
 	})
 }
 
-// Close releases every held lock on the masters (as on SIGTERM), then
+// Close ends every held lease (as on SIGTERM), then
 // stops the health checks and the listener and closes the connections.
 func (s *Sidecar) Close(ctx context.Context) error {
 	err := s.Manager.Close(ctx)

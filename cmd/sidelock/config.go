@@ -48,7 +48,7 @@ type config struct {
 	FenceRetention   time.Duration `envconfig:"FENCE_RETENTION" default:"1h" desc:"how long a lock's fence counter outlives its last grant on a master"`
 	HealthInterval   time.Duration `envconfig:"HEALTH_INTERVAL" default:"1s" desc:"how often the masters are pinged for /readyz"`
 	HealthInfoMaxAge time.Duration `envconfig:"HEALTH_INFO_MAX_AGE" default:"10s" desc:"longest a master's server info (run id, role, persistence) is trusted while no connection to it was reopened; rounds within it only ping (0: read it every round)"`
-	ShutdownTimeout  time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"5s" desc:"bound on releasing held locks at shutdown"`
+	ShutdownTimeout  time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"5s" desc:"bound on ending held leases (their keys are left to lapse at the valid_until promised) and closing the listeners at shutdown"`
 	LogFormat        string        `envconfig:"LOG_FORMAT" default:"text" desc:"text (coloured, for humans) or json"`
 	LogLevel         string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 

@@ -72,7 +72,7 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 	_ = envconfigUsage(w)
 }
 
-// serve runs the sidecar until ctx ends, then releases every held lock.
+// serve runs the sidecar until ctx ends, then ends every held lease.
 func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, stderr io.Writer) error {
 	log := newLogger(cfg, getenv, stderr)
 	redis.SetLogger(redisLogger{log}) // go-redis logs globally; route it through slog
@@ -118,7 +118,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	leases, err = lease.NewManager(locker, lease.Config{
 		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
 		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold, MaxLocks: cfg.MaxLocks, MaxWaiters: cfg.MaxWaiters,
-		NoQuorumRetry: cfg.NoQuorumRetry, Observer: m, Logger: log,
+		NoQuorumRetry: cfg.NoQuorumRetry, QuorumUp: func() bool { return checker.Report().Ready }, Observer: m, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -158,14 +158,15 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	return shutdown(cfg, log, leases, api, admin)
 }
 
-// shutdown stops taking acquisitions, releases every held lock on the
-// masters, then closes the listeners, all within the shutdown timeout.
+// shutdown stops taking acquisitions, ends every held lease (leaving its
+// keys to lapse at the valid_until it promised), then closes the
+// listeners, all within the shutdown timeout.
 func shutdown(cfg config, log *slog.Logger, leases *lease.Manager, servers ...*http.Server) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	held := leases.Len()
 	err := leases.Close(ctx)
-	log.Info("shutting down", "released", held, "err", err)
+	log.Info("shutting down", "leases_ended", held, "err", err)
 	for _, s := range servers {
 		if e := s.Shutdown(ctx); e != nil {
 			s.Close()

@@ -72,6 +72,10 @@ type Config struct {
 	// NoQuorumRetry is how long a try-once acquire may keep retrying
 	// rounds that found no quorum (0: it answers after one round).
 	NoQuorumRetry time.Duration
+	// QuorumUp reports whether the health checks last found a quorum (nil:
+	// assume so). A try-once acquire does not retry while they did not: a
+	// known outage fails at once.
+	QuorumUp func() bool
 	Now           func() time.Time
 	Observer      Observer
 	Logger        *slog.Logger
@@ -239,7 +243,8 @@ func (m *Manager) sameRequest(req Request) (Info, bool) {
 // is free, but one round without quorum (a slow answer, a master judged
 // again after reconnecting) is retried while the NoQuorumRetry budget
 // since start allows. Masters held out for longer (a restart probation)
-// or down make it fail as soon as the budget cannot cover a retry.
+// make it fail as soon as the budget cannot cover a retry, and an outage
+// the health checks already see (QuorumUp) at once.
 func (m *Manager) tryAcquireOnce(ctx context.Context, req Request, start time.Time) (Info, error) {
 	budgetEnd := start.Add(m.cfg.NoQuorumRetry)
 	for {
@@ -248,7 +253,7 @@ func (m *Manager) tryAcquireOnce(ctx context.Context, req Request, start time.Ti
 			return info, err
 		}
 		pause := noQuorumPause(err)
-		if m.cfg.Now().Add(pause).After(budgetEnd) {
+		if m.cfg.Now().Add(pause).After(budgetEnd) || (m.cfg.QuorumUp != nil && !m.cfg.QuorumUp()) {
 			return info, err
 		}
 		t := time.NewTimer(pause)
