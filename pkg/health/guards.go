@@ -24,6 +24,10 @@ import (
 //     that first reaches it again, on a new one, reads the info. Behind a
 //     proxy that keeps client connections across a server restart, a
 //     restart is noticed only when the info is re-read (within InfoMaxAge).
+//     Between rounds the lockers count a master's answers only over the
+//     connections it was judged with (redlock.Eligibility.JudgedAt), and a
+//     new connection wakes a round (Checker.Wake): the interval bounds how
+//     soon a report changes, not how long a restarted master could count.
 //   - Durability. A master that may lose acknowledged writes (no
 //     appendonly with appendfsync always, or settings unreadable) is warned
 //     about once, as fence counters live on the masters.
