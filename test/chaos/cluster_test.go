@@ -235,7 +235,7 @@ func (c *cluster) newSidecar(idx int) *sidecarProc {
 		"SIDELOCK_KEY_TTL="+keyTTL.String(), "SIDELOCK_NODE_TIMEOUT="+nodeTimeout.String(),
 		"SIDELOCK_HEALTH_INTERVAL="+healthInterval.String(), "SIDELOCK_KEY_PREFIX="+keyPrefix,
 		"SIDELOCK_LOG_FORMAT=json", "SIDELOCK_LOG_LEVEL=info", "SIDELOCK_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(),
-		"SIDELOCK_MAX_WAIT=1m")
+		"SIDELOCK_MAX_WAIT=1m", "SIDELOCK_NO_QUORUM_RETRY="+noQuorumRetry.String())
 	t.Cleanup(s.kill)
 	return s
 }

@@ -294,6 +294,10 @@ func settle(c *cluster) []usage {
 // Bounds every scenario is checked against.
 const (
 	deadHolderSlack = 250 * time.Millisecond // beyond one key ttl: the watch polls every 10ms
+	// noQuorumRetry is SIDELOCK_NO_QUORUM_RETRY: how long a try-once
+	// acquire retries rounds without quorum before the health checks see
+	// the outage (after that it fails at once).
+	noQuorumRetry = 250 * time.Millisecond
 	recoveryBound   = 5 * time.Second
 	goroutineSlack  = 10 // e.g. a pool connection dialled during the storm
 	rssSlackMB      = 32
