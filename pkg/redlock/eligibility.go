@@ -106,7 +106,7 @@ func (e *QuorumError) Is(target error) bool { return target == ErrNoQuorum }
 // masters accepted, naming the masters held out by the guards and when
 // enough of them return.
 func (l *Locker) noQuorum(what string, replies []reply, t counts) error {
-	msg := fmt.Sprintf("%s: %d of %d masters %s, %d needed", ErrNoQuorum, t.ok, t.total, what, l.quorum)
+	msg := fmt.Sprintf("no quorum: %d of %d masters %s, %d needed", t.ok, t.total, what, l.quorum)
 	var untils []time.Time
 	var whys []string
 	unjudged := 0
