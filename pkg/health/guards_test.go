@@ -10,28 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/fakeclock"
 	"github.com/sidelock/sidelock/pkg/health"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
 )
 
-// clock is a manually advanced clock shared by the masters and the checker.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // infoNode gives a memnode the redlock.ServerInfoReader method: memnode
 // does not import redlock, and its ServerInfo converts to redlock's.
@@ -113,7 +97,7 @@ func (l *logRecorder) count(parts ...string) int {
 
 type fixture struct {
 	t       *testing.T
-	clock   *clock
+	clock *fakeclock.Clock
 	mem     []*memnode.Node
 	quorum  *quorumView
 	logs    *logRecorder
@@ -126,7 +110,7 @@ const guard = 10 * time.Second
 // age, checked with cfg plus the fixture's clock, quorum view and logger.
 func newFixture(t *testing.T, n int, age time.Duration, cfg health.Config) *fixture {
 	t.Helper()
-	f := &fixture{t: t, clock: &clock{now: time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)},
+	f := &fixture{t: t, clock: fakeclock.New(time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)),
 		quorum: &quorumView{eligible: map[int]bool{}}, logs: &logRecorder{}}
 	nodes := make([]redlock.Node, n)
 	for i := range n {
@@ -371,7 +355,7 @@ func TestDuplicatesAndReplicasAreKeptOut(t *testing.T) {
 // A master that cannot describe its server gets the full guard after any
 // round it missed, the first included: nothing tells how long it has been up.
 func TestAMasterWithoutServerInfoFallsBackOnObservedDowntime(t *testing.T) {
-	c := &clock{now: time.Now()}
+	c := fakeclock.New(time.Now())
 	m := memnode.New("plain", memnode.WithClock(c.Now))
 	checker, _ := health.New([]redlock.Node{m}, 1, health.Config{RestartGuard: guard, Now: c.Now})
 	if r := checker.Check(context.Background()); r.Ready || r.Nodes[0].ProbationRemaining != health.Duration(guard) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/fakeclock"
 	"github.com/sidelock/sidelock/pkg/health"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
@@ -52,7 +53,7 @@ type ageFixture struct {
 // newAgeFixture is newFixture with counting masters, up for an hour.
 func newAgeFixture(t *testing.T, n int, cfg health.Config) *ageFixture {
 	t.Helper()
-	f := &ageFixture{fixture: &fixture{t: t, clock: &clock{now: time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)},
+	f := &ageFixture{fixture: &fixture{t: t, clock: fakeclock.New(time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)),
 		quorum: &quorumView{eligible: map[int]bool{}}, logs: &logRecorder{}}}
 	nodes := make([]redlock.Node, n)
 	for i := range n {

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/fakeclock"
 	"github.com/sidelock/sidelock/pkg/membership"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
@@ -24,33 +24,16 @@ const (
 	timeout = time.Second
 )
 
-// clock is a manually advanced clock shared by the masters of a test.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // masters is a pool of in-memory masters named m1, m2, ... on one clock.
 type masters struct {
-	clock *clock
+	clock *fakeclock.Clock
 	nodes map[string]*memnode.Node
 }
 
 func newMasters(t *testing.T, n int) *masters {
 	t.Helper()
-	m := &masters{clock: &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, nodes: map[string]*memnode.Node{}}
+	m := &masters{clock: fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), nodes: map[string]*memnode.Node{}}
 	for i := range n {
 		name := "m" + string(rune('1'+i))
 		m.nodes[name] = memnode.New(name, memnode.WithClock(m.clock.Now))
