@@ -16,7 +16,6 @@ import (
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
 )
 
-
 // infoNode gives a memnode the redlock.ServerInfoReader method: memnode
 // does not import redlock, and its ServerInfo converts to redlock's.
 type infoNode struct{ *memnode.Node }
@@ -97,7 +96,7 @@ func (l *logRecorder) count(parts ...string) int {
 
 type fixture struct {
 	t       *testing.T
-	clock *fakeclock.Clock
+	clock   *fakeclock.Clock
 	mem     []*memnode.Node
 	quorum  *quorumView
 	logs    *logRecorder

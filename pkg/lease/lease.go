@@ -76,9 +76,9 @@ type Config struct {
 	// assume so). A try-once acquire does not retry while they did not: a
 	// known outage fails at once.
 	QuorumUp func() bool
-	Now           func() time.Time
-	Observer      Observer
-	Logger        *slog.Logger
+	Now      func() time.Time
+	Observer Observer
+	Logger   *slog.Logger
 }
 
 // Validate checks the timing rules that keep renewal sound.

@@ -24,7 +24,6 @@ const (
 	timeout = time.Second
 )
 
-
 // masters is a pool of in-memory masters named m1, m2, ... on one clock.
 type masters struct {
 	clock *fakeclock.Clock

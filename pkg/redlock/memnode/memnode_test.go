@@ -25,7 +25,9 @@ func TestConformance(t *testing.T) {
 	nodetest.Run(t, func(t *testing.T) redlock.Node { return New("mem-" + t.Name()) })
 }
 
-func newFakeClock() *fakeclock.Clock { return fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) }
+func newFakeClock() *fakeclock.Clock {
+	return fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+}
 
 func TestInjectedClockDrivesExpiry(t *testing.T) {
 	clock := newFakeClock()
