@@ -297,10 +297,10 @@ const (
 	// noQuorumRetry is SIDELOCK_NO_QUORUM_RETRY: how long a try-once
 	// acquire retries rounds without quorum before the health checks see
 	// the outage (after that it fails at once).
-	noQuorumRetry = 250 * time.Millisecond
-	recoveryBound   = 5 * time.Second
-	goroutineSlack  = 10 // e.g. a pool connection dialled during the storm
-	rssSlackMB      = 32
+	noQuorumRetry  = 250 * time.Millisecond
+	recoveryBound  = 5 * time.Second
+	goroutineSlack = 10 // e.g. a pool connection dialled during the storm
+	rssSlackMB     = 32
 )
 
 // check applies the expectations every scenario shares.
