@@ -245,7 +245,7 @@ func (l *lease) applyRenewal(start time.Time, g redlock.Grant, err error) error 
 	case errors.Is(err, redlock.ErrNotHeld):
 		return errors.Join(ErrLeaseGone, err)
 	case !l.m.cfg.Now().Before(l.keysValidUntil):
-		return fmt.Errorf("%w: the renewal ended after the lock's validity ran out (%v)", ErrLeaseGone, err)
+		return errors.Join(fmt.Errorf("%w: the renewal ended after the lock's validity ran out", ErrLeaseGone), err)
 	case err != nil:
 		return err
 	}
