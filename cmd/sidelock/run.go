@@ -102,8 +102,11 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	if err != nil {
 		return err
 	}
-	// One round before any listener opens: until the guards have judged
-	// the masters, none counts towards a quorum.
+	// Two rounds before any listener opens: until the guards have judged
+	// the masters, none counts towards a quorum, and a verdict holds only
+	// over the connections a master had when it was observed, which the
+	// first round is the one to open.
+	checker.Check(ctx)
 	checker.Check(ctx)
 	reg := prometheus.NewRegistry()
 	var leases *lease.Manager
