@@ -143,6 +143,10 @@ func (l *lease) lapsed() {
 	l.finishLocked(EndExpired, nil)
 }
 
+// errLapsing: a heartbeat came after the caller's lease ran out, while
+// the lease waits for its lapse.
+var errLapsing = fmt.Errorf("%w: the caller's lease ran out", ErrLeaseGone)
+
 // lapseIn is how long until the lease may lapse: its expiry, or its latest
 // promise if later.
 func (l *lease) lapseIn() time.Duration {
@@ -160,7 +164,12 @@ func (l *lease) heartbeat(ttl time.Duration) (Info, error) {
 		return Info{}, ErrLeaseGone
 	}
 	info, err := l.extend(ttl)
-	if err != nil {
+	switch {
+	case errors.Is(err, errLapsing):
+		// The caller's lease ran out; the lapse ends it, once no promise
+		// stands (deleting the keys now could break one).
+		return Info{}, ErrLeaseGone
+	case err != nil:
 		l.finishLocked(EndLost, err)
 		return Info{}, err
 	}
@@ -284,7 +293,7 @@ func (l *lease) extend(ttl time.Duration) (Info, error) {
 	now := l.m.cfg.Now()
 	if !now.Before(l.expiresAt) {
 		l.m.mu.Unlock()
-		return Info{}, ErrLeaseGone
+		return Info{}, errLapsing
 	}
 	if ttl != 0 {
 		l.ttl = ttl

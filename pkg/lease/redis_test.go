@@ -155,6 +155,13 @@ func TestRealLoweredTTLKeepsEarlierPromises(t *testing.T) {
 	if !ext.ValidUntil.Before(in.ValidUntil) {
 		t.Fatalf("the lowered ttl did not shorten the new promise: %v, first %v", ext.ValidUntil, in.ValidUntil)
 	}
+	// A heartbeat after the lowered lease ran out is refused, but must not
+	// end the lease and delete its keys while the first promise stands
+	// (found by the simulator: TestBug10LateHeartbeatEndsStandingPromise).
+	time.Sleep(time.Until(ext.LeaseExpiresAt.Add(50 * time.Millisecond)))
+	if _, err := f.m.Extend(context.Background(), "kept", in.Token, 0); !errors.Is(err, lease.ErrLeaseGone) {
+		t.Fatalf("heartbeat after the lease ran out: %v, want ErrLeaseGone", err)
+	}
 	for time.Now().Before(in.ValidUntil.Add(-50 * time.Millisecond)) {
 		if _, err := other.Acquire(context.Background(), lease.Request{Name: "kept"}); err == nil {
 			t.Fatalf("granted elsewhere at %v, before the first promise %v", time.Now().Format(time.StampMilli), in.ValidUntil.Format(time.StampMilli))
