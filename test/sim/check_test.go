@@ -1,0 +1,437 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The oracle. It judges a finished run's history against four promises:
+//
+//	(a) no two grants of one name overlap: for grants G1 answered before
+//	    G2, G1's latest published valid_until (from any answer, event or
+//	    List) is at most G2's answer time, unless G1's caller gave the lease
+//	    up earlier by asking for its release;
+//	(b) fence order: a grant that began after another was answered has a
+//	    larger fence;
+//	(c) once a caller knew its lease was over (release returned, an ended
+//	    event, ErrLeaseGone, or the lapse it chose), no key with the
+//	    lease's value is created on a master by a write sent after that;
+//	    (c2) nor re-created by a renewal that lands after it (a ghost key:
+//	    the next waiter waits a key ttl for nothing);
+//	(d) liveness: while the masters are quiet (no fault for a key ttl and
+//	    two health rounds, every master eligible on every sidecar) a name
+//	    that is free is granted to a waiter within a key ttl + 1s.
+
+type violation struct {
+	check    string // a, b, c, c2, d
+	class    string // for tallies
+	name     string
+	at       time.Time
+	title    string
+	facts    []string
+	from, to time.Time // the window of history to show
+}
+
+func classesOf(vs []violation) []string {
+	var out []string
+	for _, v := range vs {
+		if !slices.Contains(out, v.class) {
+			out = append(out, v.class)
+		}
+	}
+	return out
+}
+
+func skipClasses(vs []violation, skip []string) []violation {
+	if len(skip) == 0 {
+		return vs
+	}
+	return slices.DeleteFunc(vs, func(v violation) bool {
+		for _, s := range skip {
+			if strings.HasPrefix(v.class, s) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// check runs every check on a finished run.
+func check(w *world) []violation {
+	r := w.rec
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var vs []violation
+	vs = append(vs, checkOverlap(w)...)
+	vs = append(vs, checkFences(w)...)
+	vs = append(vs, checkKeys(w)...)
+	vs = append(vs, checkLiveness(w)...)
+	slices.SortStableFunc(vs, func(a, b violation) int { return a.at.Compare(b.at) })
+	return vs
+}
+
+// grantsByName lists each name's grants in answer order.
+func grantsByName(r *recorder) map[string][]*grant {
+	out := map[string][]*grant{}
+	for _, q := range r.requests {
+		if q.g != nil {
+			out[q.name] = append(out[q.name], q.g)
+		}
+	}
+	for _, gs := range out {
+		slices.SortStableFunc(gs, func(a, b *grant) int { return a.answer.Compare(b.answer) })
+	}
+	return out
+}
+
+func (w *world) describe(g *grant) string {
+	r := w.rec
+	last := g.latest()
+	s := fmt.Sprintf("%s via %s (%s): asked %s, granted %s, fence %d; latest valid_until %s (%s, seen %s); lease_expires %s",
+		g.owner(), g.r.sidecar, describeReq(g.r.req), r.at(g.r.start), r.at(g.answer), g.fence, r.at(last.vu), last.src, r.at(last.at), r.at(g.expiresAt))
+	if !g.maxHoldAt.IsZero() {
+		s += "; max_hold_at " + r.at(g.maxHoldAt)
+	}
+	if !g.releaseStart.IsZero() {
+		s += fmt.Sprintf("; release asked %s, returned %s", r.at(g.releaseStart), r.at(g.releaseDone))
+	}
+	if !g.endAt.IsZero() {
+		s += fmt.Sprintf("; caller knew it over at %s (%s)", r.at(g.endAt), g.endHow)
+	}
+	if g.endReason != "" {
+		s += "; end reason " + string(g.endReason)
+	}
+	if len(g.lowered) > 0 {
+		s += fmt.Sprintf("; ttl LOWERED by heartbeats at %s", fmtTimes(r.t0, g.lowered))
+	}
+	return s
+}
+
+func fmtTimes(t0 time.Time, ts []time.Time) string {
+	var s []string
+	for _, t := range ts {
+		s = append(s, fmtAt(t0, t))
+	}
+	return strings.Join(s, ", ")
+}
+
+// givenUp is when G1's caller gave its promise up: when it asked for the
+// release (zero if it never did).
+func givenUp(g *grant) time.Time { return g.releaseStart }
+
+// checkOverlap is check (a).
+func checkOverlap(w *world) []violation {
+	r := w.rec
+	var vs []violation
+	for name, gs := range grantsByName(r) {
+		for i, g1 := range gs {
+			p := g1.latest()
+			limit := p.vu
+			if up := givenUp(g1); !up.IsZero() && up.Before(limit) {
+				limit = up
+			}
+			for _, g2 := range gs[i+1:] {
+				if !limit.After(g2.answer) || g2 == g1 {
+					continue
+				}
+				cause, tags := w.overlapCause(g1, g2)
+				v := violation{
+					check: "a", class: "a/" + cause, name: name, at: g2.answer,
+					title: fmt.Sprintf("(a) two grants of %q overlap by %v: %s's promise runs to %s, %s was granted at %s",
+						name, limit.Sub(g2.answer).Round(time.Microsecond), g1.owner(), r.at(limit), g2.owner(), r.at(g2.answer)),
+					facts: []string{"G1 " + w.describe(g1), "G2 " + w.describe(g2), "hints: " + strings.Join(tags, "; ")},
+					from:  earliest(p.at, g2.r.start, g2.answer).Add(-w.p.KeyTTL - time.Second),
+					to:    latest(p.at, g2.answer).Add(500 * time.Millisecond),
+				}
+				vs = append(vs, v)
+				break // the first overlap of G1 is enough
+			}
+		}
+	}
+	return vs
+}
+
+// overlapCause guesses why G1's promise outlived its keys, for the
+// tallies; tags list everything that may have played a part.
+func (w *world) overlapCause(g1, g2 *grant) (string, []string) {
+	r := w.rec
+	var tags []string
+	cause := ""
+	note := func(c, tag string) {
+		tags = append(tags, tag)
+		if cause == "" {
+			cause = c
+		}
+	}
+	for _, t := range g1.lowered {
+		if t.Before(g2.answer) {
+			note("G1-heartbeat-lowered-ttl", fmt.Sprintf("G1's heartbeat at %s LOWERED its ttl", r.at(t)))
+			break
+		}
+	}
+	for _, f := range r.faults {
+		if f.kind == "restart-empty" && f.end.After(g1.answer.Add(-w.p.KeyTTL)) && f.end.Before(g2.answer) {
+			note("master-restarted-empty", fmt.Sprintf("%s restarted EMPTY at %s (killed %s)", f.target, r.at(f.end), r.at(f.start)))
+		}
+	}
+	// A renewal that re-created G1's keys after its published validity
+	// had run out.
+	for _, k := range r.keys {
+		if !k.created() || ownerOfValue(k.value) != g1.owner() || !strings.HasPrefix(k.op, "extend") || k.at.After(g2.answer.Add(time.Second)) {
+			continue
+		}
+		var before time.Time
+		for _, p := range g1.promises {
+			if p.at.Before(k.at) && p.vu.After(before) {
+				before = p.vu
+			}
+		}
+		if !before.IsZero() && k.at.After(before) {
+			note("G1-renewal-recreated-keys-after-valid_until", fmt.Sprintf("m%d: a renewal (%s, sent %s) RE-CREATED G1's key at %s, after G1's valid_until %s had passed",
+				k.master+1, k.op, r.at(k.send), r.at(k.at), r.at(before)))
+			break
+		}
+	}
+	status := "G1-still-held"
+	switch {
+	case g1.endReason != "":
+		status = "G1-ended-" + string(g1.endReason)
+	case g1.vanished:
+		status = "G1-vanished-lapsed"
+	case g1.lapsing:
+		status = "G1-lapsed"
+	case !g1.endAt.IsZero():
+		status = "G1-ended (" + g1.endHow + ")"
+	}
+	if !g1.maxHoldAt.IsZero() && g1.maxHoldAt.Before(g2.answer) {
+		tags = append(tags, "G1 reached its max_hold at "+r.at(g1.maxHoldAt))
+		if g1.endReason == "" {
+			status = "G1-ended-max_hold"
+		}
+	}
+	tags = append(tags, status)
+	if cause == "" {
+		cause = status
+	}
+	return cause, tags
+}
+
+// checkFences is check (b).
+func checkFences(w *world) []violation {
+	r := w.rec
+	var vs []violation
+	for name, gs := range grantsByName(r) {
+		for _, g2 := range gs {
+			var worst *grant
+			for _, g1 := range gs {
+				if g1 != g2 && g1.answer.Before(g2.r.start) && g2.fence <= g1.fence && (worst == nil || g1.fence > worst.fence) {
+					worst = g1
+				}
+			}
+			if worst == nil {
+				continue
+			}
+			vs = append(vs, violation{
+				check: "b", class: "b/fence-not-above-earlier-grant", name: name, at: g2.answer,
+				title: fmt.Sprintf("(b) fence order of %q: %s (asked %s) got fence %d, not above %d of %s granted at %s",
+					name, g2.owner(), r.at(g2.r.start), g2.fence, worst.fence, worst.owner(), r.at(worst.answer)),
+				facts: []string{"G1 " + w.describe(worst), "G2 " + w.describe(g2)},
+				from:  worst.answer.Add(-time.Second), to: g2.answer.Add(500 * time.Millisecond),
+			})
+		}
+	}
+	return vs
+}
+
+// checkKeys is checks (c) and (c2).
+func checkKeys(w *world) []violation {
+	r := w.rec
+	var vs []violation
+	reported := map[string]bool{}
+	for _, k := range r.keys {
+		if !k.created() {
+			continue
+		}
+		q, ok := r.byOwner[ownerOfValue(k.value)]
+		if !ok || q.g == nil || q.g.endAt.IsZero() {
+			continue
+		}
+		g := q.g
+		var v violation
+		switch {
+		case k.send.After(g.endAt):
+			v = violation{check: "c", class: "c/write-sent-after-end-by-" + k.op,
+				title: fmt.Sprintf("(c) m%d: %s sent at %s (by %s) created a key of %s, which the caller knew over at %s (%s)",
+					k.master+1, k.op, r.at(k.send), k.sidecar, g.owner(), r.at(g.endAt), g.endHow)}
+		case strings.HasPrefix(k.op, "extend") && k.at.After(g.endAt):
+			v = violation{check: "c2", class: "c2/ghost-key-renewal-landed-after-end",
+				title: fmt.Sprintf("(c2) m%d: a renewal (%s, sent %s by %s) landed at %s and RE-CREATED the key of %s, which the caller knew over at %s (%s): a ghost key until its ttl runs out",
+					k.master+1, k.op, r.at(k.send), k.sidecar, r.at(k.at), g.owner(), r.at(g.endAt), g.endHow)}
+		default:
+			continue
+		}
+		if reported[v.check+g.owner()] {
+			continue
+		}
+		reported[v.check+g.owner()] = true
+		v.name, v.at = q.name, k.at
+		v.facts = []string{"lease " + w.describe(g)}
+		v.from, v.to = earliest(g.endAt, k.send).Add(-time.Second), k.at.Add(w.p.KeyTTL+time.Second)
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+// checkLiveness is check (d).
+func checkLiveness(w *world) []violation {
+	r := w.rec
+	p := w.p
+	bound := p.KeyTTL + time.Second
+	settle := p.KeyTTL + 2*p.HealthInterval + 500*time.Millisecond
+	var disturbed []interval
+	disturbed = append(disturbed, interval{w.t0, w.t0.Add(2 * p.KeyTTL)})
+	for _, f := range r.faults {
+		disturbed = append(disturbed, interval{f.start, f.end.Add(settle)})
+	}
+	for _, iv := range r.disturbed {
+		disturbed = append(disturbed, interval{iv.from, iv.to.Add(p.HealthInterval)})
+	}
+	disturbed = append(disturbed, interval{w.stopAt, w.stopAt.Add(time.Hour)})
+	closedAt := map[string]time.Time{}
+	for _, e := range r.entries {
+		if e.name == "" && strings.HasPrefix(e.text, "sidecar ") && strings.Contains(e.text, " closed ") {
+			closedAt[strings.Fields(e.text)[1]] = e.at
+		}
+	}
+
+	quiet := subtract([]interval{{w.t0, w.stopAt}}, disturbed)
+	w.quiet = 0
+	for _, s := range quiet {
+		w.quiet += s.to.Sub(s.from)
+	}
+	w.judged = 0
+	var vs []violation
+	for name, gs := range grantsByName(r) {
+		var busy []interval
+		for _, g := range gs {
+			busy = append(busy, interval{g.answer, w.busyUntil(g, closedAt)})
+		}
+		for _, q := range r.requests {
+			if q.name != name || q.req.Wait == 0 || q.end.IsZero() {
+				continue
+			}
+			segs := subtract([]interval{{q.start, q.end}}, append(slices.Clone(busy), disturbed...))
+			for _, s := range segs {
+				w.judged += s.to.Sub(s.from)
+			}
+			for _, s := range segs {
+				if s.to.Sub(s.from) < bound {
+					continue
+				}
+				outcome := "was granted at " + r.at(q.end)
+				if q.err != nil {
+					outcome = fmt.Sprintf("gave up at %s with %v", r.at(q.end), shortErr(q.err))
+				}
+				vs = append(vs, violation{
+					check: "d", class: "d/free-name-not-granted-within-bound", name: name, at: s.from.Add(bound),
+					title: fmt.Sprintf("(d) %q was free and the masters quiet from %s to %s (%v > bound %v) while %s waited; it %s",
+						name, r.at(s.from), r.at(s.to), s.to.Sub(s.from).Round(time.Millisecond), bound, q.owner, outcome),
+					facts: []string{fmt.Sprintf("waiter %s via %s (%s) asked %s", q.owner, q.sidecar, describeReq(q.req), r.at(q.start))},
+					from:  s.from.Add(-p.KeyTTL - time.Second), to: s.from.Add(bound + time.Second),
+				})
+				break
+			}
+		}
+	}
+	return vs
+}
+
+// busyUntil is the latest a grant's lease may have lived, as far as the
+// history tells.
+func (w *world) busyUntil(g *grant, closedAt map[string]time.Time) time.Time {
+	end := w.stopAt
+	if !g.endAt.IsZero() {
+		e := g.endAt
+		if strings.HasPrefix(g.endHow, "lapse") {
+			e = e.Add(200 * time.Millisecond) // the lapse timer, then the release round
+		}
+		end = earliest(end, e)
+	}
+	if !g.maxHoldAt.IsZero() {
+		end = earliest(end, g.maxHoldAt.Add(200*time.Millisecond))
+	}
+	if c, ok := closedAt[g.r.sidecar]; ok && c.After(g.answer) {
+		end = earliest(end, c)
+	}
+	return end
+}
+
+// subtract removes cuts from spans.
+func subtract(spans, cuts []interval) []interval {
+	for _, c := range cuts {
+		var out []interval
+		for _, s := range spans {
+			if !c.to.After(s.from) || !s.to.After(c.from) {
+				out = append(out, s)
+				continue
+			}
+			if c.from.After(s.from) {
+				out = append(out, interval{s.from, c.from})
+			}
+			if s.to.After(c.to) {
+				out = append(out, interval{c.to, s.to})
+			}
+		}
+		spans = out
+	}
+	return spans
+}
+
+func earliest(ts ...time.Time) time.Time {
+	var e time.Time
+	for _, t := range ts {
+		if !t.IsZero() && (e.IsZero() || t.Before(e)) {
+			e = t
+		}
+	}
+	return e
+}
+
+func latest(ts ...time.Time) time.Time {
+	var l time.Time
+	for _, t := range ts {
+		if t.After(l) {
+			l = t
+		}
+	}
+	return l
+}
+
+// report renders the findings of one seed: the first few in full, with
+// the history of the name in their window, the rest one line each.
+// replay is the command line that runs the history again (a seed, or a
+// scenario test).
+func report(w *world, vs []violation, traces int, replay string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "SIM seed %d broke %d promise(s): %s\n", w.seed, len(vs), strings.Join(classesOf(vs), ", "))
+	fmt.Fprintf(&b, "  params: %s\n", w.p)
+	fmt.Fprintf(&b, "  replay: %s\n", replay)
+	for i, v := range vs {
+		if i >= traces {
+			fmt.Fprintf(&b, "  also at %s: %s\n", w.since(v.at), v.title)
+			continue
+		}
+		fmt.Fprintf(&b, "\n  %s\n", v.title)
+		for _, f := range v.facts {
+			fmt.Fprintf(&b, "    %s\n", f)
+		}
+		from := latest(v.from, w.t0)
+		fmt.Fprintf(&b, "    history of %q (and run-wide events) from %s to %s:\n", v.name, w.since(from), w.since(v.to))
+		for _, l := range w.rec.lines(v.name, from, v.to, 90, true) {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
+	return b.String()
+}

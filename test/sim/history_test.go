@@ -1,0 +1,467 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/health"
+	"github.com/sidelock/sidelock/pkg/lease"
+)
+
+// The history: everything callers saw (on the virtual clock, which every
+// actor shares), every change of a lock key on a master, the faults and
+// the health verdicts. The checker (check_test.go) judges it afterwards.
+
+const keyPrefix = "sidelock:"
+
+// request is one Manager.Acquire call. Its owner label is unique
+// ("s1c2n17": sidecar slot 1, caller 2, its 17th acquire), so the values
+// on the masters ("<random>:<owner>") map back to it.
+type request struct {
+	owner   string
+	name    string
+	sidecar string
+	slot    int
+	req     lease.Request
+	start   time.Time
+	end     time.Time
+	err     error
+	g       *grant
+}
+
+// promise is one published valid_until.
+type promise struct {
+	at  time.Time // when the caller (or a List) saw it
+	vu  time.Time
+	src string
+}
+
+// grant is one successful acquire and what followed.
+type grant struct {
+	r         *request
+	answer    time.Time
+	fence     int64
+	ttl       time.Duration
+	promises  []promise
+	expiresAt time.Time // the last LeaseExpiresAt the caller saw
+	maxHoldAt time.Time
+	lowered   []time.Time // heartbeats that lowered the ttl
+
+	releaseStart, releaseDone time.Time
+	releaseErr                error
+	// endAt is the first moment the caller knew the lease was over:
+	// release returned, an ended event, ErrLeaseGone, or the lapse it
+	// chose (its last LeaseExpiresAt); endHow says which.
+	endAt     time.Time
+	endHow    string
+	endReason lease.EndReason // from an ended event, if one came
+	lapsing   bool            // the caller stopped heartbeating on purpose
+	vanished  bool
+}
+
+func (g *grant) name() string  { return g.r.name }
+func (g *grant) owner() string { return g.r.owner }
+
+// latest is the latest valid_until published for the grant.
+func (g *grant) latest() promise {
+	var best promise
+	for _, p := range g.promises {
+		if p.vu.After(best.vu) {
+			best = p
+		}
+	}
+	return best
+}
+
+// keyEvent is one change of a lock key on a master.
+type keyEvent struct {
+	master      int
+	key         string
+	prev, value string
+	op          string
+	sidecar     string
+	send, at    time.Time
+	masterClock time.Time
+}
+
+func (e keyEvent) created() bool { return e.prev == "" && e.value != "" }
+func (e keyEvent) deleted() bool { return e.prev != "" && e.value == "" }
+
+// fault is one injected fault, from start to end (zero while on).
+type fault struct {
+	kind   string // kill, restart-empty, restart-durable, pause, slow, partition, cut, sigterm
+	target string
+	start  time.Time
+	end    time.Time
+}
+
+// interval is a span of virtual time.
+type interval struct{ from, to time.Time }
+
+// entry is one line of the history, for traces.
+type entry struct {
+	at   time.Time
+	name string // the lock name, "" for run-wide lines
+	text string
+}
+
+type recorder struct {
+	t0 time.Time
+
+	mu         sync.Mutex
+	entries    []entry
+	requests   []*request
+	byOwner    map[string]*request
+	keys       []keyEvent
+	faults     []*fault
+	ineligible map[string]*interval // open "some master not eligible" span per sidecar
+	disturbed  []interval           // closed ones
+	stats      map[string]int
+}
+
+func newRecorder(t0 time.Time) *recorder {
+	return &recorder{t0: t0, byOwner: map[string]*request{}, ineligible: map[string]*interval{}, stats: map[string]int{}}
+}
+
+func (r *recorder) addLocked(at time.Time, name, format string, args ...any) {
+	r.entries = append(r.entries, entry{at: at, name: name, text: fmt.Sprintf(format, args...)})
+}
+
+func (r *recorder) add(name, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.addLocked(time.Now(), name, format, args...)
+}
+
+func (r *recorder) count(stat string) {
+	r.mu.Lock()
+	r.stats[stat]++
+	r.mu.Unlock()
+}
+
+func (r *recorder) at(t time.Time) string { return fmtAt(r.t0, t) }
+
+func nameOfKey(key string) string { return strings.TrimPrefix(key, keyPrefix) }
+
+func ownerOfValue(v string) string {
+	_, owner, _ := strings.Cut(v, ":")
+	return owner
+}
+
+func describeReq(q lease.Request) string {
+	s := fmt.Sprintf("ttl %v wait %v", q.TTL, q.Wait)
+	if q.Hold {
+		s += " hold"
+	}
+	if q.MaxHold > 0 {
+		s += fmt.Sprintf(" max_hold %v", q.MaxHold)
+	}
+	return s
+}
+
+func (r *recorder) acquireStart(sidecar string, slot int, q lease.Request) *request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rq := &request{owner: q.Owner, name: q.Name, sidecar: sidecar, slot: slot, req: q, start: time.Now()}
+	r.requests = append(r.requests, rq)
+	r.byOwner[q.Owner] = rq
+	r.addLocked(rq.start, q.Name, "%s via %s: acquire (%s)", q.Owner, sidecar, describeReq(q))
+	return rq
+}
+
+func (r *recorder) acquireDone(rq *request, info lease.Info, err error) *grant {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	rq.end, rq.err = now, err
+	if err != nil {
+		r.addLocked(now, rq.name, "%s: acquire failed after %v: %v", rq.owner, now.Sub(rq.start), err)
+		return nil
+	}
+	g := &grant{r: rq, answer: now, fence: info.Fence, ttl: info.TTL, expiresAt: info.LeaseExpiresAt, maxHoldAt: info.MaxHoldAt}
+	g.promises = append(g.promises, promise{at: now, vu: info.ValidUntil, src: "acquire"})
+	rq.g = g
+	r.addLocked(now, rq.name, "%s: GRANTED fence %d valid_until %s lease_expires %s max_hold_at %s",
+		rq.owner, info.Fence, r.at(info.ValidUntil), r.at(info.LeaseExpiresAt), r.at(info.MaxHoldAt))
+	return g
+}
+
+func (r *recorder) extendDone(g *grant, ttl time.Duration, start time.Time, info lease.Info, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	asked := "same ttl"
+	if ttl != 0 {
+		asked = "ttl " + ttl.String()
+		if ttl < g.ttl {
+			g.lowered = append(g.lowered, start)
+			asked += fmt.Sprintf(" (LOWER than %v)", g.ttl)
+		}
+	}
+	if err != nil {
+		r.addLocked(now, g.name(), "%s: extend (%s) failed: %v", g.owner(), asked, err)
+		r.learnEndLocked(g, now, "extend answered "+shortErr(err))
+		return
+	}
+	if ttl != 0 {
+		g.ttl = ttl
+	}
+	g.expiresAt = info.LeaseExpiresAt
+	g.promises = append(g.promises, promise{at: now, vu: info.ValidUntil, src: "extend"})
+	r.addLocked(now, g.name(), "%s: extended (%s) valid_until %s lease_expires %s", g.owner(), asked, r.at(info.ValidUntil), r.at(info.LeaseExpiresAt))
+}
+
+func shortErr(err error) string {
+	s := err.Error()
+	if len(s) > 60 {
+		s = s[:60] + "…"
+	}
+	return s
+}
+
+func (r *recorder) learnEndLocked(g *grant, at time.Time, how string) {
+	if g.endAt.IsZero() || at.Before(g.endAt) {
+		g.endAt, g.endHow = at, how
+	}
+}
+
+func (r *recorder) releaseStart(g *grant, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g.releaseStart = time.Now()
+	r.addLocked(g.releaseStart, g.name(), "%s: release%s", g.owner(), why)
+}
+
+func (r *recorder) releaseDone(g *grant, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	g.releaseDone, g.releaseErr = now, err
+	if err != nil {
+		r.addLocked(now, g.name(), "%s: release answered %v", g.owner(), err)
+		r.learnEndLocked(g, now, "release answered "+shortErr(err))
+		return
+	}
+	r.addLocked(now, g.name(), "%s: released", g.owner())
+	r.learnEndLocked(g, now, "release returned")
+}
+
+func (r *recorder) event(g *grant, e lease.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if !e.ValidUntil.IsZero() {
+		g.promises = append(g.promises, promise{at: now, vu: e.ValidUntil, src: string(e.Kind) + " event"})
+	}
+	if e.Kind == lease.EventEnded {
+		g.endReason = e.Reason
+		r.addLocked(now, g.name(), "%s: event ended (%s)", g.owner(), e.Reason)
+		r.learnEndLocked(g, now, "ended event ("+string(e.Reason)+")")
+		return
+	}
+	r.addLocked(now, g.name(), "%s: event %s valid_until %s", g.owner(), e.Kind, r.at(e.ValidUntil))
+}
+
+// listed records what a List on a sidecar showed.
+func (r *recorder) listed(sidecar string, infos []lease.Info) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	for _, in := range infos {
+		rq, ok := r.byOwner[in.Owner]
+		if !ok || rq.g == nil {
+			continue
+		}
+		g := rq.g
+		if last := g.latest(); in.ValidUntil.After(last.vu) {
+			r.addLocked(now, g.name(), "%s: List on %s shows valid_until %s", g.owner(), sidecar, r.at(in.ValidUntil))
+		}
+		g.promises = append(g.promises, promise{at: now, vu: in.ValidUntil, src: "list"})
+	}
+}
+
+func (r *recorder) stopped(g *grant, vanished bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	g.lapsing, g.vanished = true, vanished
+	lapse := latest(g.expiresAt, g.latest().vu)
+	what := "stops heartbeating, lets the lease lapse at " + r.at(lapse)
+	if vanished {
+		what = "vanishes (no more calls, no events), lease lapses at " + r.at(lapse)
+	}
+	if g.r.req.Hold {
+		what += " (hold: lives until released)"
+	}
+	r.addLocked(now, g.name(), "%s: %s", g.owner(), what)
+}
+
+func (r *recorder) keyChange(e keyEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.keys = append(r.keys, e)
+	name := nameOfKey(e.key)
+	switch {
+	case e.created():
+		r.addLocked(e.at, name, "  m%d: key CREATED by %s of %s (%s, sent %s)", e.master+1, e.op, ownerOfValue(e.value), e.sidecar, r.at(e.send))
+	case e.deleted():
+		r.addLocked(e.at, name, "  m%d: key of %s deleted by %s (%s, sent %s)", e.master+1, ownerOfValue(e.prev), e.op, e.sidecar, r.at(e.send))
+	default:
+		r.addLocked(e.at, name, "  m%d: key %s -> %s by %s", e.master+1, ownerOfValue(e.prev), ownerOfValue(e.value), e.op)
+	}
+}
+
+func (r *recorder) faultStart(kind, target string) *fault {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := &fault{kind: kind, target: target, start: time.Now()}
+	r.faults = append(r.faults, f)
+	r.addLocked(f.start, "", "FAULT %s %s begins", kind, target)
+	return f
+}
+
+func (r *recorder) faultEnd(f *fault, what string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f.end = time.Now()
+	r.addLocked(f.end, "", "FAULT %s %s ends%s", f.kind, f.target, what)
+}
+
+// sidecarUp and sidecarDown bracket a sidecar's life; until its first
+// health verdict counts every master, it is disturbed.
+func (r *recorder) sidecarUp(sidecar string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	r.ineligible[sidecar] = &interval{from: now}
+	r.addLocked(now, "", "sidecar %s starting", sidecar)
+}
+
+func (r *recorder) sidecarDown(sidecar string, held int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if iv, ok := r.ineligible[sidecar]; ok {
+		iv.to = now
+		r.disturbed = append(r.disturbed, *iv)
+		delete(r.ineligible, sidecar)
+	}
+	r.addLocked(now, "", "sidecar %s closed (%d leases released, err %v)", sidecar, held, err)
+}
+
+// healthChanged is the sidecar's health OnChange.
+func (r *recorder) healthChanged(sidecar string, prev, cur health.Report) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	var out []string
+	all := true
+	for i, n := range cur.Nodes {
+		if !n.Eligible {
+			all = false
+		}
+		if prev.Nodes[i].Up != n.Up || prev.Nodes[i].Eligible != n.Eligible {
+			s := fmt.Sprintf("%s up=%v eligible=%v", n.Addr, n.Up, n.Eligible)
+			if n.Problem != "" {
+				s += " (" + n.Problem + ")"
+			}
+			out = append(out, s)
+		}
+	}
+	r.addLocked(now, "", "health %s: %s", sidecar, strings.Join(out, "; "))
+	iv, open := r.ineligible[sidecar]
+	switch {
+	case all && open:
+		iv.to = now
+		r.disturbed = append(r.disturbed, *iv)
+		delete(r.ineligible, sidecar)
+	case !all && !open:
+		r.ineligible[sidecar] = &interval{from: now}
+	}
+}
+
+// close ends the open intervals at the end of the run.
+func (r *recorder) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	for _, iv := range r.ineligible {
+		iv.to = now
+		r.disturbed = append(r.disturbed, *iv)
+	}
+	clear(r.ineligible)
+	for _, f := range r.faults {
+		if f.end.IsZero() {
+			f.end = now
+		}
+	}
+}
+
+// lines returns the history of name (and the run-wide lines) within
+// [from, to], at most max of them, the rest elided in the middle.
+func (r *recorder) lines(name string, from, to time.Time, max int, keyLines bool) []string {
+	var sel []entry
+	for _, e := range r.entries {
+		if e.at.Before(from) || e.at.After(to) {
+			continue
+		}
+		if e.name != name && e.name != "" {
+			continue
+		}
+		if !keyLines && strings.HasPrefix(e.text, "  m") {
+			continue
+		}
+		sel = append(sel, e)
+	}
+	slices.SortStableFunc(sel, func(a, b entry) int { return a.at.Compare(b.at) })
+	var out []string
+	for i, e := range sel {
+		if len(sel) > max && i == max/2 {
+			out = append(out, fmt.Sprintf("      … %d lines elided …", len(sel)-max))
+		}
+		if len(sel) > max && i >= max/2 && i < len(sel)-max/2 {
+			continue
+		}
+		out = append(out, fmt.Sprintf("    %s %s", r.at(e.at), e.text))
+	}
+	return out
+}
+
+// logHandler records a sidecar's warnings (and the guards' findings) in
+// the history.
+type logHandler struct {
+	r       *recorder
+	sidecar string
+	attrs   []slog.Attr
+}
+
+func (h *logHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h *logHandler) Handle(_ context.Context, rec slog.Record) error {
+	name := ""
+	var parts []string
+	add := func(a slog.Attr) bool {
+		if a.Key == "name" {
+			name = a.Value.String()
+		}
+		parts = append(parts, a.Key+"="+a.Value.String())
+		return true
+	}
+	for _, a := range h.attrs {
+		add(a)
+	}
+	rec.Attrs(add)
+	h.r.add(name, "log %s %s: %s %s", h.sidecar, rec.Level, rec.Message, strings.Join(parts, " "))
+	return nil
+}
+
+func (h *logHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &logHandler{r: h.r, sidecar: h.sidecar, attrs: append(slices.Clip(h.attrs), attrs...)}
+}
+
+func (h *logHandler) WithGroup(string) slog.Handler { return h }
