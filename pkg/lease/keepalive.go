@@ -374,16 +374,21 @@ func (l *lease) validUntilLocked() time.Time {
 // re-create the keys after the release). At shutdown the keys are left to
 // lapse instead: the caller may still act until the validity it was
 // promised, and deleting them would let another take the lock before then.
+//
+// The lease is forgotten (so callers learn it is gone) only after that
+// renewal, whose repair of a missing key may still be on its way.
 func (l *lease) end(reason EndReason, cause error) {
 	l.m.mu.Lock()
-	delete(l.m.leases, l.name)
 	l.renewSlot = -1
 	renewing := l.renewing
-	valid := l.promiseLocked()
 	l.m.mu.Unlock()
 	if renewing != nil {
 		<-renewing
 	}
+	l.m.mu.Lock()
+	delete(l.m.leases, l.name)
+	valid := l.promiseLocked()
+	l.m.mu.Unlock()
 	var err error
 	if reason != EndShutdown {
 		err = l.m.locker.Release(context.Background(), l.key, l.value)

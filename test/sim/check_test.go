@@ -1,10 +1,13 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sidelock/sidelock/pkg/lease"
 )
 
 // The oracle. It judges a finished run's history against four promises:
@@ -22,10 +25,12 @@ import (
 //	    the next waiter waits a key ttl for nothing);
 //	(d) liveness: while the masters are quiet (no fault for a key ttl and
 //	    two health rounds, every master eligible on every sidecar) a name
-//	    that is free is granted to a waiter within a key ttl + 1s.
+//	    that is free is granted to a waiter within a key ttl + 1s;
+//	(e) a waiting acquire rides over a lack of quorum: it answers no quorum
+//	    only once its wait has run out (or its sidecar is shutting down).
 
 type violation struct {
-	check    string // a, b, c, c2, d
+	check    string // a, b, c, c2, d, e
 	class    string // for tallies
 	name     string
 	at       time.Time
@@ -68,6 +73,7 @@ func check(w *world) []violation {
 	vs = append(vs, checkFences(w)...)
 	vs = append(vs, checkKeys(w)...)
 	vs = append(vs, checkLiveness(w)...)
+	vs = append(vs, checkWaits(w)...)
 	slices.SortStableFunc(vs, func(a, b violation) int { return a.at.Compare(b.at) })
 	return vs
 }
@@ -434,4 +440,23 @@ func report(w *world, vs []violation, traces int, replay string) string {
 		}
 	}
 	return b.String()
+}
+
+// checkWaits is check (e): a waiting acquire that answered no quorum before
+// its wait ran out gave up on a promise to ride over the outage.
+func checkWaits(w *world) []violation {
+	var vs []violation
+	for _, q := range w.rec.requests {
+		if q.req.Wait == 0 || !errors.Is(q.err, lease.ErrNoQuorum) {
+			continue
+		}
+		if early := q.start.Add(q.req.Wait).Sub(q.end); early > 0 {
+			vs = append(vs, violation{
+				check: "e", class: "e/wait-gave-up-on-no-quorum", name: q.name, at: q.end,
+				title: fmt.Sprintf("%s waited %v of its wait=%v and answered no quorum", q.owner, q.end.Sub(q.start), q.req.Wait),
+				facts: []string{q.err.Error()}, from: q.start, to: q.end,
+			})
+		}
+	}
+	return vs
 }
