@@ -227,19 +227,43 @@ func New(nodes []redlock.Node, quorum int, cfg Config) (*Checker, error) {
 	return c, nil
 }
 
+// wakeGap is the least time between a round and one that Wake asked for:
+// a master that keeps reconnecting (paused, so every round times out and
+// drops the connection) costs at most ten rounds a second, not a loop.
+const wakeGap = 100 * time.Millisecond
+
 // Run checks at once, then every interval and whenever Wake asks, until
 // ctx ends.
 func (c *Checker) Run(ctx context.Context) {
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
 	for {
+		last := time.Now()
 		c.Check(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-c.wake:
+			if !sleep(ctx, time.Until(last.Add(wakeGap))) {
+				return
+			}
 		}
+	}
+}
+
+// sleep waits d (nothing when d <= 0) and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
