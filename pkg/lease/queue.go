@@ -88,11 +88,16 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 	case <-m.stopping:
 		return Info{}, ErrShuttingDown
 	}
-	for {
+	for outage := 0; ; {
 		info, err := m.tryAcquire(ctx, req, true)
-		pause, timerSource, again := m.nextTry(err)
+		pause, timerSource, again := m.nextTry(err, outage)
 		if !again {
 			return info, err
+		}
+		if errors.Is(err, ErrNoQuorum) {
+			outage++
+		} else {
+			outage = 0
 		}
 		t := time.NewTimer(pause)
 		select {
@@ -116,8 +121,9 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 
 // nextTry says whether a waiting head tries again after err, how long it
 // sleeps without a wake-up, and what to call that wake-up. It tries again
-// while the lock is held elsewhere and while there is no quorum.
-func (m *Manager) nextTry(err error) (time.Duration, WakeSource, bool) {
+// while the lock is held elsewhere and while there is no quorum, backing
+// off after the outage-th round in a row without one.
+func (m *Manager) nextTry(err error, outage int) (time.Duration, WakeSource, bool) {
 	var held *HeldError
 	switch {
 	case errors.As(err, &held):
@@ -130,9 +136,16 @@ func (m *Manager) nextTry(err error) (time.Duration, WakeSource, bool) {
 		}
 		return poll, WakePoll, true
 	case errors.Is(err, ErrNoQuorum):
-		return noQuorumPause(err), WakeRetry, true
+		return outageBackoff(noQuorumPause(err), outage), WakeRetry, true
 	}
 	return 0, "", false
+}
+
+// outageBackoff doubles a waiting head's pause for every round in a row
+// that found no quorum, up to the fallback poll's: an outage costs the
+// masters a few calls a second per waiting name, not dozens.
+func outageBackoff(pause time.Duration, outage int) time.Duration {
+	return min(pause<<min(outage, 5), pollHi)
 }
 
 // noQuorumPause is the back-off after a round without quorum: until the
