@@ -83,7 +83,8 @@ func (m *Manager) renewDue(now time.Time) {
 
 // takeDue removes the due leases from the grid and marks them as being
 // renewed (a release waits for the answers). A lease whose validity has
-// already run out is lost, not renewed: the lock may have been free. The
+// already run out is lost, not renewed: the lock may have been free; one
+// whose caller's lease ran out waits for its lapse unrenewed. The
 // round's start is read under the lock, after any ttl cut it must respect.
 func (m *Manager) takeDue(now time.Time) (time.Time, []*lease, []redlock.ExtendItem) {
 	m.mu.Lock()
@@ -103,6 +104,11 @@ func (m *Manager) takeDue(now time.Time) (time.Time, []*lease, []redlock.ExtendI
 			}
 			if !start.Before(l.keysValidUntil) {
 				l.lose(ErrLeaseGone)
+				continue
+			}
+			if !l.hold && !start.Before(l.expiresAt) {
+				// The caller's lease ran out and it is told so; its keys
+				// already outlast every promise, and the lapse ends it.
 				continue
 			}
 			l.renewing = make(chan struct{})
