@@ -301,9 +301,9 @@ func (c *Checker) vetoOf(i int) string {
 
 // Wake asks Run for a round as soon as the current one (if any) is over.
 // Nodes call it when they open a connection (redlock.ConnectionNotifier),
-// so a master that came back is judged within a round trip rather than an
-// interval; until then lock calls do not count its answers. It never
-// blocks: wake-ups coalesce.
+// so a master that came back is judged at once (at most wakeGap after the
+// previous round) rather than an interval later; until then lock calls do
+// not count its answers. It never blocks: wake-ups coalesce.
 func (c *Checker) Wake() {
 	select {
 	case c.wake <- struct{}{}:

@@ -108,8 +108,13 @@ func (l *lease) lapsesIn(now time.Time) time.Duration {
 	if l.hold {
 		return 0
 	}
-	return max(0, l.expiresAt.Sub(now))
+	return max(0, l.lapsesAtLocked().Sub(now))
 }
+
+// lapsesAtLocked is when a heartbeat lease may lapse: its expiry, or its
+// latest promise if later (a heartbeat that lowered the ttl shortens later
+// promises, not earlier ones). The caller holds the Manager's lock.
+func (l *lease) lapsesAtLocked() time.Time { return later(l.expiresAt, l.promised) }
 
 // hasToken compares in constant time, so response timing leaks nothing.
 func (l *lease) hasToken(token string) bool {
@@ -128,8 +133,7 @@ func (l *lease) startTimers() {
 }
 
 // lapsed ends the lease unless a heartbeat moved its expiry meanwhile, and
-// not before the latest promise it made (a heartbeat that lowered the ttl
-// shortens later promises, not earlier ones).
+// not before the latest promise it made (lapsesAtLocked).
 func (l *lease) lapsed() {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
@@ -147,12 +151,11 @@ func (l *lease) lapsed() {
 // the lease waits for its lapse.
 var errLapsing = fmt.Errorf("%w: the caller's lease ran out", ErrLeaseGone)
 
-// lapseIn is how long until the lease may lapse: its expiry, or its latest
-// promise if later.
+// lapseIn is how long until the lease may lapse, for its timer.
 func (l *lease) lapseIn() time.Duration {
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
-	return later(l.expiresAt, l.promised).Sub(l.m.cfg.Now())
+	return l.lapsesAtLocked().Sub(l.m.cfg.Now())
 }
 
 // heartbeat is the caller's extend: it fails once the lease has ended, and
@@ -307,17 +310,26 @@ func (l *lease) extend(ttl time.Duration) (Info, error) {
 		return Info{}, err
 	}
 	l.m.mu.Lock()
-	var e Event
-	if err == nil {
-		l.m.scheduleLocked(l, l.m.cfg.Now().Add(l.renewInterval()))
-		e = l.renewedLocked()
-	} else {
-		e = l.renewalFailedLocked(err)
-	}
+	e := l.renewalDoneLocked(err)
 	l.m.mu.Unlock()
 	l.publish(e)
 	// A transient miss leaves the lease valid until its last ValidUntil.
 	return l.info(true), nil
+}
+
+// renewalDoneLocked schedules the next renewal after one that succeeded
+// (a renewal interval on) or failed (a retry interval on, never past the
+// validity), and returns the event to publish: renewed, expiring or none.
+// Heartbeats and the renewer share it. The caller holds the Manager's lock.
+func (l *lease) renewalDoneLocked(err error) Event {
+	now := l.m.cfg.Now()
+	if err == nil {
+		l.m.scheduleLocked(l, now.Add(l.renewInterval()))
+		return l.renewedLocked()
+	}
+	left := l.keysValidUntil.Sub(now)
+	l.m.scheduleLocked(l, now.Add(min(l.retryInterval(), max(left, 0))))
+	return l.renewalFailedLocked(err)
 }
 
 // renewedLocked notes a successful renewal and returns its event. The

@@ -162,6 +162,13 @@ func TestRealLoweredTTLKeepsEarlierPromises(t *testing.T) {
 	if _, err := f.m.Extend(context.Background(), "kept", in.Token, 0); !errors.Is(err, lease.ErrLeaseGone) {
 		t.Fatalf("heartbeat after the lease ran out: %v, want ErrLeaseGone", err)
 	}
+	// This sidecar's own retry hint points at the lapse, not the expiry.
+	var held *lease.HeldError
+	if _, err := f.m.Acquire(context.Background(), lease.Request{Name: "kept"}); !errors.As(err, &held) {
+		t.Fatalf("acquire on the holder's sidecar: %v, want held", err)
+	} else if back := time.Now().Add(held.RetryAfter); back.Before(in.ValidUntil.Add(-50 * time.Millisecond)) {
+		t.Fatalf("retry hint %v points before the standing promise %v", back.Format(time.StampMilli), in.ValidUntil.Format(time.StampMilli))
+	}
 	for time.Now().Before(in.ValidUntil.Add(-50 * time.Millisecond)) {
 		if _, err := other.Acquire(context.Background(), lease.Request{Name: "kept"}); err == nil {
 			t.Fatalf("granted elsewhere at %v, before the first promise %v", time.Now().Format(time.StampMilli), in.ValidUntil.Format(time.StampMilli))

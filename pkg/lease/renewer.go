@@ -129,16 +129,7 @@ func (m *Manager) renewed(l *lease, start time.Time, g redlock.Grant, err error)
 		return
 	}
 	m.mu.Lock()
-	now := m.cfg.Now()
-	var e Event
-	if err == nil {
-		m.scheduleLocked(l, now.Add(l.renewInterval()))
-		e = l.renewedLocked()
-	} else {
-		left := l.keysValidUntil.Sub(now)
-		m.scheduleLocked(l, now.Add(min(l.retryInterval(), max(left, 0))))
-		e = l.renewalFailedLocked(err)
-	}
+	e := l.renewalDoneLocked(err)
 	m.mu.Unlock()
 	l.publish(e)
 }
