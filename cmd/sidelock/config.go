@@ -109,6 +109,9 @@ func (c config) validate() error {
 	if err := checkAPIToken(c.APIToken); err != nil {
 		bad("SIDELOCK_API_TOKEN: %v", err)
 	}
+	if err := lease.ValidateKeyPrefix(c.KeyPrefix); err != nil {
+		bad("SIDELOCK_KEY_PREFIX %v", err)
+	}
 	if c.MaxLocks < 1 {
 		bad("SIDELOCK_MAX_LOCKS %d must be at least 1", c.MaxLocks)
 	}

@@ -83,6 +83,9 @@ type Config struct {
 
 // Validate checks the timing rules that keep renewal sound.
 func (c Config) Validate() error {
+	if err := ValidateKeyPrefix(c.KeyPrefix); err != nil {
+		return fmt.Errorf("key prefix %w", err)
+	}
 	switch {
 	case c.KeyTTL < MinTTL:
 		return fmt.Errorf("key ttl %v must be at least %v", c.KeyTTL, MinTTL)

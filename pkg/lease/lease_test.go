@@ -348,7 +348,7 @@ func TestListShowsLeasesWithoutTokens(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	good := lease.Config{KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute}
+	good := lease.Config{KeyPrefix: "t:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
