@@ -84,6 +84,8 @@ func problemFor(err error) problem {
 		p := newProblem(http.StatusConflict, "lock_held", "the lock is held by another owner")
 		p.RetryAfterMS = held.RetryAfter.Milliseconds()
 		return p
+	case errors.Is(err, lease.ErrIdempotencyMismatch):
+		return newProblem(http.StatusUnprocessableEntity, "idempotency_mismatch", err.Error())
 	case errors.Is(err, lease.ErrInvalid):
 		return newProblem(http.StatusBadRequest, "invalid_request", err.Error())
 	case errors.Is(err, lease.ErrLeaseGone):

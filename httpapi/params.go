@@ -109,15 +109,69 @@ func bodyParams(r *http.Request) (lockParams, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return p, nil
 	}
+	if err := strictObject(raw); err != nil {
+		return p, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return p, badRequest("invalid_body", "the body must be a JSON object with fields ttl, wait, owner, token, max_hold (strings) and hold (boolean): %v", err)
-	}
-	if dec.More() {
-		return p, badRequest("invalid_body", "the body must hold exactly one JSON object")
+		return p, badRequest("invalid_body", "%s: %v", bodyShape, err)
 	}
 	return p, nil
+}
+
+const bodyShape = "the body must be a JSON object with fields ttl, wait, owner, token, max_hold (strings) and hold (boolean)"
+
+// bodyFields are the exact names a body may use. encoding/json matches
+// names case-insensitively and lets a repeated name win silently
+// ({"ttl":"2s","ttl":"3600s"} took an hour), so the names are checked
+// here first: a body means one thing to every reader or is refused.
+var bodyFields = map[string]bool{"ttl": true, "wait": true, "owner": true, "token": true, "hold": true, "max_hold": true}
+
+// strictObject accepts exactly one JSON object whose names are known,
+// exact-case and not repeated (null, arrays and trailing data refused).
+func strictObject(raw []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return badRequest("invalid_body", "%s", bodyShape)
+	}
+	seen := make(map[string]bool, len(bodyFields))
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return badRequest("invalid_body", "%s: %v", bodyShape, err)
+		}
+		name, _ := tok.(string)
+		switch {
+		case !bodyFields[name]:
+			return badRequest("invalid_body", "unknown field %q in the body (known, lowercase: ttl, wait, owner, token, hold, max_hold)", truncate(name, 32))
+		case seen[name]:
+			return badRequest("invalid_body", "field %q is given more than once in the body", name)
+		}
+		seen[name] = true
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return badRequest("invalid_body", "%s: %v", bodyShape, err)
+		}
+		if string(value) == "null" {
+			return badRequest("invalid_body", "field %q is null; leave it out for the default", name)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return badRequest("invalid_body", "%s: %v", bodyShape, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("invalid_body", "the body must hold exactly one JSON object")
+	}
+	return nil
+}
+
+// truncate bounds what an error quotes back of the caller's input.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 func queryParams(rawQuery string) (lockParams, error) {

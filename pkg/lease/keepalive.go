@@ -25,10 +25,11 @@ type lease struct {
 	value string
 	token string
 	owner string
-	// idempotencyKey lets a retried acquire find this lease again.
-	idempotencyKey string
-	acquiredAt     time.Time
-	fence          int64 // set before the lease is published, never changed
+	// replay lets a retried acquire with the same Idempotency-Key and
+	// parameters find this lease again.
+	replay     replayKey
+	acquiredAt time.Time
+	fence      int64 // set before the lease is published, never changed
 
 	opMu    sync.Mutex
 	ended   bool        // guarded by opMu
@@ -84,20 +85,20 @@ func newLease(m *Manager, req Request) (*lease, error) {
 	}
 	now := m.cfg.Now()
 	return &lease{
-		m:              m,
-		name:           req.Name,
-		key:            m.cfg.KeyPrefix + req.Name,
-		value:          masterValue(id, req.Owner),
-		token:          token,
-		owner:          req.Owner,
-		idempotencyKey: req.IdempotencyKey,
-		acquiredAt:     now,
-		ttl:            req.TTL,
-		keyTTL:         m.keyTTL(req.TTL),
-		wantKeyTTL:     m.keyTTL(req.TTL),
-		expiresAt:      now.Add(req.TTL),
-		hold:           req.Hold,
-		maxHoldAt:      m.maxHoldAt(now, req.MaxHold),
+		m:          m,
+		name:       req.Name,
+		key:        m.cfg.KeyPrefix + req.Name,
+		value:      masterValue(id, req.Owner),
+		token:      token,
+		owner:      req.Owner,
+		replay:     replayKeyOf(req),
+		acquiredAt: now,
+		ttl:        req.TTL,
+		keyTTL:     m.keyTTL(req.TTL),
+		wantKeyTTL: m.keyTTL(req.TTL),
+		expiresAt:  now.Add(req.TTL),
+		hold:       req.Hold,
+		maxHoldAt:  m.maxHoldAt(now, req.MaxHold),
 	}, nil
 }
 

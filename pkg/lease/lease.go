@@ -22,7 +22,6 @@ package lease
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -32,6 +31,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
@@ -214,10 +215,12 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Info, error) {
 		m.obs.Acquisition(OutcomeInvalid, 0)
 		return Info{}, err
 	}
-	var info Info
-	if in, ok := m.sameRequest(req); ok {
-		info = in
-	} else if req.Wait == 0 {
+	info, replayed, err := m.replay(req)
+	if err != nil || replayed {
+		m.obs.Acquisition(outcomeOf(err), m.cfg.Now().Sub(start))
+		return info, err
+	}
+	if req.Wait == 0 {
 		info, err = m.tryAcquireOnce(ctx, req, start)
 	} else {
 		info, err = m.acquireWaitingWithinLimit(ctx, req, start.Add(req.Wait))
@@ -225,21 +228,6 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Info, error) {
 	}
 	m.obs.Acquisition(outcomeOf(err), m.cfg.Now().Sub(start))
 	return info, err
-}
-
-// sameRequest finds the live lease a retried acquire with the same
-// idempotency key already obtained.
-func (m *Manager) sameRequest(req Request) (Info, bool) {
-	if req.IdempotencyKey == "" {
-		return Info{}, false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	l, ok := m.leases[req.Name]
-	if !ok || subtle.ConstantTimeCompare([]byte(l.idempotencyKey), []byte(req.IdempotencyKey)) != 1 {
-		return Info{}, false
-	}
-	return l.infoLocked(true), true
 }
 
 // tryAcquireOnce is a try-once acquire: it answers at once whether the lock
@@ -454,7 +442,7 @@ func (m *Manager) normalize(req Request) (Request, error) {
 	if err := ValidateOwner(req.Owner); err != nil {
 		return req, err
 	}
-	if err := validateLabel("idempotency key", req.IdempotencyKey); err != nil {
+	if err := validateIdempotencyKey(req); err != nil {
 		return req, err
 	}
 	if req.TTL == 0 {
@@ -532,16 +520,17 @@ func nameByte(c byte) bool {
 }
 
 // ValidateOwner checks the free owner label: at most 128 bytes of printable
-// UTF-8, since it is shown back to humans and stored on the masters.
-func ValidateOwner(owner string) error { return validateLabel("owner", owner) }
-
-func validateLabel(what, s string) error {
-	if len(s) > MaxOwnerLen {
-		return fmt.Errorf("%w: %s must be at most %d bytes", ErrInvalid, what, MaxOwnerLen)
+// UTF-8, since it is shown back to humans (in answers, logs and on the
+// masters). Control characters and the invisible bidirectional controls
+// (U+202E and kin, which make a label read differently from its bytes) are
+// refused.
+func ValidateOwner(owner string) error {
+	if len(owner) > MaxOwnerLen {
+		return fmt.Errorf("%w: owner must be at most %d bytes", ErrInvalid, MaxOwnerLen)
 	}
-	for _, r := range s {
-		if r == '\uFFFD' || r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%w: %s must be printable UTF-8", ErrInvalid, what)
+	for _, r := range owner {
+		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+			return fmt.Errorf("%w: owner must be printable UTF-8 without control or bidirectional-control characters (%U is not)", ErrInvalid, r)
 		}
 	}
 	return nil

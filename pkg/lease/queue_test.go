@@ -151,22 +151,22 @@ func TestTryOnceDoesNotJumpTheQueue(t *testing.T) {
 
 func TestIdempotentAcquireReturnsTheSameLease(t *testing.T) {
 	f := newFixture(t, 10*time.Second)
-	first, err := f.m.Acquire(context.Background(), lease.Request{Name: "job", IdempotencyKey: "run-7"})
+	first, err := f.m.Acquire(context.Background(), lease.Request{Name: "job", IdempotencyKey: "run-7-0123456789"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := f.m.Acquire(context.Background(), lease.Request{Name: "job", IdempotencyKey: "run-7"})
+	again, err := f.m.Acquire(context.Background(), lease.Request{Name: "job", IdempotencyKey: "run-7-0123456789"})
 	if err != nil || again.Token != first.Token {
 		t.Fatalf("retry: %v, token %q vs %q", err, again.Token, first.Token)
 	}
-	if _, err := f.m.Acquire(context.Background(), lease.Request{Name: "job", IdempotencyKey: "run-8"}); !errors.Is(err, lease.ErrLockHeld) {
+	if _, err := f.m.Acquire(context.Background(), lease.Request{Name: "job", IdempotencyKey: "run-8-0123456789"}); !errors.Is(err, lease.ErrLockHeld) {
 		t.Fatalf("another key: %v, want ErrLockHeld", err)
 	}
 	if _, err := f.m.Acquire(context.Background(), lease.Request{Name: "job"}); !errors.Is(err, lease.ErrLockHeld) {
 		t.Fatalf("no key: %v, want ErrLockHeld", err)
 	}
 	f.m.Release(context.Background(), "job", first.Token)
-	if third, err := f.m.Acquire(context.Background(), lease.Request{Name: "job", IdempotencyKey: "run-7"}); err != nil || third.Token == first.Token {
+	if third, err := f.m.Acquire(context.Background(), lease.Request{Name: "job", IdempotencyKey: "run-7-0123456789"}); err != nil || third.Token == first.Token {
 		t.Fatalf("after release the key must yield a new lease: %v", err)
 	}
 }

@@ -1,0 +1,137 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sidelock/sidelock/httpapi"
+	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/pkg/redlock"
+	"github.com/sidelock/sidelock/pkg/redlock/memnode"
+)
+
+// A JSON body means one thing or is refused: repeated names (the last
+// used to win: {"ttl":"2s","ttl":"3600s"} took an hour), names in another
+// case ("TTL" used to be taken as ttl), a null body or null values, and
+// anything but one object.
+func TestJSONBodiesAreStrict(t *testing.T) {
+	srv := newAPI(t)
+	for _, body := range []string{
+		`{"ttl":"2s","ttl":"3600s"}`,
+		`{"TTL":"3600s"}`,
+		`{"Ttl":"3600s"}`,
+		`{"hold":false,"Hold":true}`,
+		`null`,
+		`{"ttl":null}`,
+		`[]`,
+		`"ttl"`,
+		`{"ttl":"2s"} {}`,
+		`{"ttl":"2s"}]`,
+		`{"ttl":"2s",}`,
+	} {
+		got := call(t, srv, "POST", "/locks/strict", body)
+		if got.status != 400 || got.body["code"] != "invalid_body" {
+			t.Errorf("body %s: %d %v, want 400 invalid_body", body, got.status, got.body)
+		}
+	}
+	if got := call(t, srv, "GET", "/locks/strict", ""); got.body["held"] != false {
+		t.Fatalf("a refused body took the lock: %v", got.body)
+	}
+	if got := call(t, srv, "POST", "/locks/strict", `{"ttl":"2s","owner":"w-1","hold":false}`); got.status != 200 {
+		t.Fatalf("a good body: %d %v", got.status, got.body)
+	}
+}
+
+// Owners are shown to humans: control characters and bidirectional
+// controls (U+202E reverses the text after it) are refused.
+func TestOwnerRefusesControlAndBidiCharacters(t *testing.T) {
+	srv := newAPI(t)
+	for _, owner := range []string{"evil\u202Etxt.exe", "a\u2066b", "a\u200Fb", "a\u0085b", "a\x1bb", "a\u061Cb"} {
+		got := call(t, srv, "POST", "/locks/owner", `{"owner":"`+owner+`"}`)
+		if got.status != 400 {
+			t.Errorf("owner %q: %d %v, want 400", owner, got.status, got.body)
+		}
+	}
+	if got := call(t, srv, "POST", "/locks/owner", `{"owner":"worker-7 (café)"}`); got.status != 200 {
+		t.Fatalf("a good owner: %d %v", got.status, got.body)
+	}
+}
+
+// recordingObserver keeps the status codes of finished requests.
+type recordingObserver struct {
+	mu    sync.Mutex
+	codes map[int]int
+}
+
+func (o *recordingObserver) Request(route, method string, code int, elapsed time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.codes[code]++
+}
+
+func (o *recordingObserver) count(code int) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.codes[code]
+}
+
+// Requests refused for a missing or wrong token are counted in the
+// request metrics like every other answer.
+func TestUnauthorizedRequestsAreCounted(t *testing.T) {
+	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
+	locker, err := redlock.New(nodes, redlock.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "u:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := &recordingObserver{codes: map[int]int{}}
+	srv := httptest.NewServer(httpapi.NewServer(discardLogger(), m, obs, httpapi.WithAPIToken(apiToken)))
+	t.Cleanup(func() { srv.Close(); m.Close(context.Background()) })
+	for range 3 {
+		if got := call(t, srv, "POST", "/locks/a", "", "Authorization", "Bearer wrong-guess-1234567890"); got.status != 401 {
+			t.Fatalf("wrong token: %d", got.status)
+		}
+	}
+	if n := obs.count(401); n != 3 {
+		t.Fatalf("401s counted: %d, want 3", n)
+	}
+}
+
+// An Idempotency-Key hands back a lease only to a request that repeats it
+// exactly. Reused with other parameters it is refused (422) and the lease
+// is untouched; with hold=true it is refused, so a replay can never bind a
+// heartbeat lease to a connection whose close would release it.
+func TestIdempotencyKeyCannotBeBorrowed(t *testing.T) {
+	srv := newAPI(t)
+	const key = "job-1-5f0c2a9e7b31d4"
+	idem := []string{"Idempotency-Key", key}
+	a := call(t, srv, "POST", "/locks/idem1?ttl=60s", "", idem...)
+	if a.status != 200 {
+		t.Fatalf("A: %d %v", a.status, a.body)
+	}
+	for _, q := range []string{"?ttl=30s", "", "?ttl=60s&owner=b", "?ttl=60s&max_hold=1h"} {
+		got := call(t, srv, "POST", "/locks/idem1"+q, "", idem...)
+		if got.status != 422 || got.body["code"] != "idempotency_mismatch" || strings.Contains(got.raw, a.body["token"].(string)) {
+			t.Errorf("reuse %q: %d %s, want 422 idempotency_mismatch without the token", q, got.status, got.raw)
+		}
+	}
+	if got := call(t, srv, "POST", "/locks/idem1?ttl=60s&hold=true", "", idem...); got.status != 400 || strings.Contains(got.raw, a.body["token"].(string)) {
+		t.Errorf("reuse with hold=true: %d %s, want 400 without the token", got.status, got.raw)
+	}
+	if got := call(t, srv, "PUT", "/locks/idem1", "", "Lock-Token", a.body["token"].(string)); got.status != 200 {
+		t.Fatalf("A's lease after the reuses: %d %v", got.status, got.body)
+	}
+	if got := call(t, srv, "POST", "/locks/idem1?ttl=60s", "", idem...); got.status != 200 || got.body["token"] != a.body["token"] {
+		t.Fatalf("an exact replay: %d %v, want A's lease", got.status, got.body)
+	}
+	if got := call(t, srv, "POST", "/locks/idem1", "", "Idempotency-Key", "short"); got.status != 400 {
+		t.Fatalf("a guessable key: %d %v, want 400", got.status, got.body)
+	}
+}
