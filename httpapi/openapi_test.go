@@ -23,7 +23,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Fatalf("openapi.json: %v", err)
 	}
 	r := chi.NewRouter()
-	addLockRoutes(r, slog.New(slog.DiscardHandler), nil, nil)
+	addLockRoutes(r, slog.New(slog.DiscardHandler), nil, nil, options{})
 	var served []string
 	err := chi.Walk(r, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		served = append(served, strings.ToLower(method)+" "+strings.Replace(route, "/*", "/{name}", 1))

@@ -11,8 +11,9 @@ import (
 
 // addLockRoutes is every route of the lock API. Lock names may contain "/",
 // so a name is the rest of the path after /locks/.
-func addLockRoutes(r chi.Router, log *slog.Logger, leases *lease.Manager, obs RequestObserver) {
-	r.Use(recoverer(log), observe(obs), limitBody(MaxBodyBytes))
+// The token check runs inside observe, so refused requests are counted.
+func addLockRoutes(r chi.Router, log *slog.Logger, leases *lease.Manager, obs RequestObserver, o options) {
+	r.Use(recoverer(log), observe(obs), RequireToken(o.apiToken, log), limitBody(MaxBodyBytes))
 	r.NotFound(notFound(log).ServeHTTP)
 	r.MethodNotAllowed(methodNotAllowed(log).ServeHTTP)
 	r.Method(http.MethodGet, "/locks", handleList(leases))

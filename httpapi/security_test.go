@@ -32,7 +32,7 @@ func newGuardedAPI(t testing.TB, cfg lease.Config, logs *bytes.Buffer) (*httptes
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := httptest.NewServer(httpapi.RequireToken(apiToken, log)(httpapi.NewServer(log, m, nil)))
+	srv := httptest.NewServer(httpapi.NewServer(log, m, nil, httpapi.WithAPIToken(apiToken)))
 	t.Cleanup(func() { srv.Close(); m.Close(context.Background()) })
 	return srv, m
 }

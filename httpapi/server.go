@@ -27,10 +27,23 @@ type Readiness interface {
 	Report() health.Report
 }
 
+// Option configures the lock API handler.
+type Option func(*options)
+
+type options struct{ apiToken string }
+
+// WithAPIToken makes every request carry "Authorization: Bearer <token>"
+// (see RequireToken); refusals are counted like every other answer.
+func WithAPIToken(token string) Option { return func(o *options) { o.apiToken = token } }
+
 // NewServer returns the lock API handler.
-func NewServer(log *slog.Logger, leases *lease.Manager, obs RequestObserver) http.Handler {
+func NewServer(log *slog.Logger, leases *lease.Manager, obs RequestObserver, opts ...Option) http.Handler {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	r := chi.NewRouter()
-	addLockRoutes(r, log, leases, obs)
+	addLockRoutes(r, log, leases, obs, o)
 	return r
 }
 
