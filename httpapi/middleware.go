@@ -69,6 +69,27 @@ func checkBearer(headers []string, want [sha256.Size]byte) *apiError {
 	return nil
 }
 
+// refuseAmbiguousFraming answers 400 and closes the connection when it
+// sent a request with both Content-Length and Transfer-Encoding: the
+// server took the body as chunked, but another parser on the path may not
+// have (request smuggling, RFC 9112 §6.3), so nothing more on that
+// connection is trusted.
+func refuseAmbiguousFraming(ambiguous func(remoteAddr string) bool, log *slog.Logger) func(http.Handler) http.Handler {
+	if ambiguous == nil {
+		return func(next http.Handler) http.Handler { return next }
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !ambiguous(r.RemoteAddr) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set("Connection", "close")
+			writeError(w, log, badRequest("ambiguous_framing", "a request on this connection carried both Content-Length and Transfer-Encoding; the connection is closed"))
+		})
+	}
+}
+
 // limitBody caps request bodies; reading past the cap yields a 413.
 func limitBody(n int64) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {

@@ -13,7 +13,7 @@ import (
 // so a name is the rest of the path after /locks/.
 // The token check runs inside observe, so refused requests are counted.
 func addLockRoutes(r chi.Router, log *slog.Logger, leases *lease.Manager, obs RequestObserver, o options) {
-	r.Use(recoverer(log), observe(obs), RequireToken(o.apiToken, log), limitBody(MaxBodyBytes))
+	r.Use(recoverer(log), observe(obs), refuseAmbiguousFraming(o.ambiguous, log), RequireToken(o.apiToken, log), limitBody(MaxBodyBytes))
 	r.NotFound(notFound(log).ServeHTTP)
 	r.MethodNotAllowed(methodNotAllowed(log).ServeHTTP)
 	r.Method(http.MethodGet, "/locks", handleList(leases))

@@ -30,11 +30,22 @@ type Readiness interface {
 // Option configures the lock API handler.
 type Option func(*options)
 
-type options struct{ apiToken string }
+type options struct {
+	apiToken  string
+	ambiguous func(remoteAddr string) bool
+}
 
 // WithAPIToken makes every request carry "Authorization: Bearer <token>"
 // (see RequireToken); refusals are counted like every other answer.
 func WithAPIToken(token string) Option { return func(o *options) { o.apiToken = token } }
+
+// WithFramingCheck refuses every request of a connection for which
+// ambiguous(r.RemoteAddr) is true (one that sent a request with both
+// Content-Length and Transfer-Encoding; see internal/framing), and closes
+// it.
+func WithFramingCheck(ambiguous func(remoteAddr string) bool) Option {
+	return func(o *options) { o.ambiguous = ambiguous }
+}
 
 // NewServer returns the lock API handler.
 func NewServer(log *slog.Logger, leases *lease.Manager, obs RequestObserver, opts ...Option) http.Handler {

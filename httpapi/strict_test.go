@@ -1,7 +1,12 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -9,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/httpapi"
+	"github.com/sidelock/sidelock/internal/framing"
 	"github.com/sidelock/sidelock/pkg/lease"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
@@ -133,5 +139,65 @@ func TestIdempotencyKeyCannotBeBorrowed(t *testing.T) {
 	}
 	if got := call(t, srv, "POST", "/locks/idem1", "", "Idempotency-Key", "short"); got.status != 400 {
 		t.Fatalf("a guessable key: %d %v, want 400", got.status, got.body)
+	}
+}
+
+// A request carrying both Content-Length and Transfer-Encoding is refused
+// (400 ambiguous_framing), takes nothing, and its connection is closed; a
+// well-framed chunked request on another connection is served.
+func TestBothContentLengthAndTransferEncodingAreRefused(t *testing.T) {
+	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
+	locker, err := redlock.New(nodes, redlock.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "f:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := framing.Watch(inner)
+	srv := &http.Server{Handler: httpapi.NewServer(discardLogger(), m, nil, httpapi.WithFramingCheck(ln.Ambiguous)), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); m.Close(context.Background()) })
+
+	send := func(request string) (*http.Response, *bufio.Reader, net.Conn) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprint(c, request)
+		br := bufio.NewReader(c)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body = io.NopCloser(strings.NewReader(string(body)))
+		return res, br, c
+	}
+	res, br, _ := send("POST /locks/smuggled HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
+		"POST /locks/second HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 400 || !strings.Contains(string(body), "ambiguous_framing") {
+		t.Fatalf("both headers: %d %s, want 400 ambiguous_framing", res.StatusCode, body)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("the connection was not closed after the refusal (read: %v); the pipelined request may be served", err)
+	}
+	res, _, _ = send("POST /locks/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nd\r\n{\"ttl\":\"10s\"}\r\n0\r\n\r\n")
+	if res.StatusCode != 200 {
+		body, _ := io.ReadAll(res.Body)
+		t.Fatalf("a well-framed chunked acquire: %d %s", res.StatusCode, body)
+	}
+	for _, name := range []string{"smuggled", "second"} {
+		if st, _ := m.Inspect(context.Background(), name); st.Held {
+			t.Errorf("%s is held after a refused connection", name)
+		}
 	}
 }
