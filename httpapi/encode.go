@@ -75,6 +75,7 @@ func problemFor(err error) problem {
 	var tooBig *http.MaxBytesError
 	var limit *lease.LimitError
 	var quorum *redlock.QuorumError
+	var overloaded *redlock.OverloadedError
 	switch {
 	case errors.As(err, &api):
 		return newProblem(api.status, api.code, api.detail)
@@ -93,6 +94,12 @@ func problemFor(err error) problem {
 	case errors.As(err, &limit):
 		p := newProblem(http.StatusTooManyRequests, limitCode(limit.Err), err.Error())
 		p.RetryAfterMS = limit.RetryAfter.Milliseconds()
+		return p
+	case errors.As(err, &overloaded):
+		// The sidecar's own overload, not the masters': 429 with a retry
+		// hint, so callers back off instead of failing over.
+		p := newProblem(http.StatusTooManyRequests, "overloaded", err.Error())
+		p.RetryAfterMS = max(overloaded.RetryAfter.Milliseconds(), 1)
 		return p
 	case errors.As(err, &quorum):
 		p := newProblem(http.StatusServiceUnavailable, "no_quorum", err.Error())

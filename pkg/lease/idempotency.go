@@ -15,7 +15,7 @@ const (
 	MaxIdempotencyKeyLen = 128
 )
 
-// ErrIdempotencyMismatch: an acquire reused the Idempotency-Key of a live
+// ErrIdempotencyMismatch is an acquire that reused the Idempotency-Key of a live
 // lease with different parameters. It is refused rather than answered with
 // the lease: a replay returns the original answer only for the original
 // request (as payment APIs do), so a reused key never changes a lease.

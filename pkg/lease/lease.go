@@ -70,6 +70,9 @@ type Config struct {
 	MaxHold    time.Duration // cap on any lease's life (0: none)
 	MaxLocks   int           // live leases at once (0: DefaultMaxLocks); see limits.go
 	MaxWaiters int           // callers waiting at once (0: DefaultMaxWaiters)
+	// MaxWaitersPerName bounds one name's queue (0: a quarter of
+	// MaxWaiters), so one hot name cannot take every waiting slot.
+	MaxWaitersPerName int
 	// NoQuorumRetry is how long a try-once acquire may keep retrying
 	// rounds that found no quorum (0: it answers after one round).
 	NoQuorumRetry time.Duration
@@ -77,6 +80,13 @@ type Config struct {
 	// assume so). A try-once acquire does not retry while they did not: a
 	// known outage fails at once.
 	QuorumUp func() bool
+	// MaxAcquireRounds bounds the acquisition rounds in flight to the
+	// masters at once, and AdmissionWait how long an acquisition waits for
+	// a place before it is refused as overloaded (0: the defaults); see
+	// overload.go. Renewals are not bounded.
+	MaxAcquireRounds int
+	AdmissionWait    time.Duration
+
 	Now      func() time.Time
 	Observer Observer
 	Logger   *slog.Logger
@@ -103,7 +113,7 @@ func (c Config) Validate() error {
 	case c.NoQuorumRetry < 0 || c.NoQuorumRetry > MaxNoQuorumRetry:
 		return fmt.Errorf("no-quorum retry %v must be within [0s, %v]", c.NoQuorumRetry, MaxNoQuorumRetry)
 	}
-	return c.validateLimits()
+	return errors.Join(c.validateLimits(), c.validateAdmission())
 }
 
 // Request asks for a lock.
@@ -157,6 +167,7 @@ type Manager struct {
 	stopping chan struct{} // closed by Close: every lease releases
 	wg       sync.WaitGroup
 	limits   limiter
+	admit    *admission // bounds acquisition rounds (overload.go)
 
 	mu      sync.Mutex
 	closing bool
@@ -178,7 +189,7 @@ func NewManager(locker Locker, cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	cfg = cfg.withLimitDefaults()
+	cfg = cfg.withLimitDefaults().withAdmissionDefaults()
 	obs := cfg.Observer
 	if obs == nil {
 		obs = nopObserver{}
@@ -188,7 +199,7 @@ func NewManager(locker Locker, cfg Config) (*Manager, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{
-		locker:      locker,
+		locker:      newRenewalRetrier(locker), // overload.go
 		cfg:         cfg,
 		obs:         obs,
 		log:         log,
@@ -199,6 +210,7 @@ func NewManager(locker Locker, cfg Config) (*Manager, error) {
 		renewals:    make(map[int64][]*lease),
 		renewWake:   make(chan struct{}, 1),
 		renewerDone: make(chan struct{}),
+		admit:       newAdmission(cfg.MaxAcquireRounds, cfg.AdmissionWait),
 	}
 	go m.renewLoop()
 	return m, nil
@@ -271,7 +283,7 @@ func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (
 		m.unreserve(req.Name)
 		return Info{}, err
 	}
-	grant, err := m.locker.Acquire(ctx, l.key, l.value, l.keyTTL)
+	grant, err := m.acquireAdmitted(ctx, l)
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()
 		_ = m.locker.Release(ctx, l.key, l.value)
@@ -287,6 +299,18 @@ func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (
 		return Info{}, err
 	}
 	return l.info(true), nil
+}
+
+// acquireAdmitted runs l's acquisition round once the admission gate lets
+// it (overload.go): beyond it, a burst is refused as overloaded instead of
+// timing out at the masters as no quorum.
+func (m *Manager) acquireAdmitted(ctx context.Context, l *lease) (redlock.Grant, error) {
+	leave, err := m.admit.enter(ctx, m.stopping)
+	if err != nil {
+		return redlock.Grant{}, err
+	}
+	defer leave()
+	return m.locker.Acquire(ctx, l.key, l.value, l.keyTTL)
 }
 
 // reserve lets one acquisition per name go to the masters from this
@@ -478,6 +502,8 @@ func outcomeOf(err error) Outcome {
 		return OutcomeHeld
 	case errors.Is(err, ErrNoQuorum):
 		return OutcomeNoQuorum
+	case errors.Is(err, ErrOverloaded):
+		return OutcomeOverloaded
 	case errors.Is(err, ErrInvalid):
 		return OutcomeInvalid
 	case errors.Is(err, ErrTooManyLocks), errors.Is(err, ErrTooManyWaiters):

@@ -32,6 +32,8 @@ const limitRetryAfter = time.Second
 var (
 	ErrTooManyLocks   = errors.New("too many locks held through this sidecar")
 	ErrTooManyWaiters = errors.New("too many callers waiting on this sidecar")
+	// ErrTooManyWaitersForName is also ErrTooManyWaiters.
+	ErrTooManyWaitersForName = fmt.Errorf("%w for this lock name", ErrTooManyWaiters)
 )
 
 // OutcomeLimited is the acquisition outcome of a request refused by a limit.
@@ -59,13 +61,19 @@ func (c Config) withLimitDefaults() Config {
 	if c.MaxWaiters == 0 {
 		c.MaxWaiters = DefaultMaxWaiters
 	}
+	if c.MaxWaitersPerName == 0 {
+		c.MaxWaitersPerName = max(1, c.MaxWaiters/4)
+	}
 	return c
 }
 
 // validateLimits refuses negative limits (0 takes the default).
 func (c Config) validateLimits() error {
-	if c.MaxLocks < 0 || c.MaxWaiters < 0 {
-		return fmt.Errorf("max locks %d and max waiters %d must not be negative (0 takes the default)", c.MaxLocks, c.MaxWaiters)
+	if c.MaxLocks < 0 || c.MaxWaiters < 0 || c.MaxWaitersPerName < 0 {
+		return fmt.Errorf("max locks %d, max waiters %d and max waiters per name %d must not be negative (0 takes the default)", c.MaxLocks, c.MaxWaiters, c.MaxWaitersPerName)
+	}
+	if c.MaxWaiters > 0 && c.MaxWaitersPerName > c.MaxWaiters {
+		return fmt.Errorf("max waiters per name %d must not exceed max waiters %d", c.MaxWaitersPerName, c.MaxWaiters)
 	}
 	return nil
 }

@@ -12,8 +12,13 @@ import (
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
-// limitedManager is a Manager over three in-memory masters with small limits.
+// limitedManager is a Manager over three in-memory masters with small
+// limits; one name's queue may take every waiting slot.
 func limitedManager(t *testing.T, maxLocks, maxWaiters int) *lease.Manager {
+	return limitedManagerPerName(t, maxLocks, maxWaiters, maxWaiters)
+}
+
+func limitedManagerPerName(t *testing.T, maxLocks, maxWaiters, perName int) *lease.Manager {
 	t.Helper()
 	nodes := []redlock.Node{memnodeNamed(0), memnodeNamed(1), memnodeNamed(2)}
 	locker, err := redlock.New(nodes, redlock.Config{NodeTimeout: 50 * time.Millisecond})
@@ -22,7 +27,7 @@ func limitedManager(t *testing.T, maxLocks, maxWaiters int) *lease.Manager {
 	}
 	m, err := lease.NewManager(locker, lease.Config{
 		KeyPrefix: "t:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: 10 * time.Second,
-		MaxLocks: maxLocks, MaxWaiters: maxWaiters,
+		MaxLocks: maxLocks, MaxWaiters: maxWaiters, MaxWaitersPerName: perName,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +167,47 @@ func TestNegativeLimitsAreRejected(t *testing.T) {
 		c.MaxLocks, c.MaxWaiters = bad.MaxLocks, bad.MaxWaiters
 		if err := c.Validate(); err == nil {
 			t.Errorf("limits %d/%d accepted", c.MaxLocks, c.MaxWaiters)
+		}
+	}
+}
+
+// One hot name cannot take every waiting slot: its queue stops at
+// MaxWaitersPerName (a quarter of MaxWaiters by default), and a caller
+// waiting for another name is still admitted.
+func TestWaitersPerNameLeaveRoomForOtherNames(t *testing.T) {
+	m := limitedManagerPerName(t, 0, 8, 0) // the default: 2 waiters per name
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, name := range []string{"hot", "cold"} {
+		if _, err := m.Acquire(ctx, lease.Request{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for range 2 {
+		wg.Go(func() { _, _ = m.Acquire(ctx, lease.Request{Name: "hot", Wait: 10 * time.Second}) })
+	}
+	for m.Waiters() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	_, err := m.Acquire(ctx, lease.Request{Name: "hot", Wait: 10 * time.Second})
+	var limit *lease.LimitError
+	if !errors.Is(err, lease.ErrTooManyWaiters) || !errors.As(err, &limit) || limit.Max != 2 {
+		t.Fatalf("third waiter for the hot name: %v, want ErrTooManyWaiters (per name, limit 2)", err)
+	}
+	cold := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(ctx, lease.Request{Name: "cold", Wait: 10 * time.Second})
+		cold <- err
+	}()
+	for m.Waiters() < 3 {
+		select {
+		case err := <-cold:
+			t.Fatalf("a waiter for another name was refused: %v", err)
+		default:
+			time.Sleep(time.Millisecond)
 		}
 	}
 }

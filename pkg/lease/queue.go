@@ -75,7 +75,10 @@ func (q *queue) signal(src WakeSource) {
 // acquireWaiting joins the name's queue and, once at its head, retries
 // until the lock is granted, the deadline passes or ctx ends.
 func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time.Time) (Info, error) {
-	q, w := m.enqueue(req.Name)
+	q, w, err := m.enqueue(req.Name)
+	if err != nil {
+		return Info{}, err
+	}
 	defer m.dequeue(req.Name, q, w)
 	expired := time.NewTimer(deadline.Sub(m.cfg.Now()))
 	defer expired.Stop()
@@ -125,6 +128,7 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 // off after the outage-th round in a row without one.
 func (m *Manager) nextTry(err error, outage int) (time.Duration, WakeSource, bool) {
 	var held *HeldError
+	var overloaded *OverloadedError
 	switch {
 	case errors.As(err, &held):
 		if held.RetryAfter == 0 {
@@ -137,6 +141,10 @@ func (m *Manager) nextTry(err error, outage int) (time.Duration, WakeSource, boo
 		return poll, WakePoll, true
 	case errors.Is(err, ErrNoQuorum):
 		return outageBackoff(noQuorumPause(err), outage), WakeRetry, true
+	case errors.As(err, &overloaded):
+		// This sidecar was too busy: a caller that asked to wait keeps
+		// its place and tries again after the hint (overload.go).
+		return overloaded.RetryAfter, WakeRetry, true
 	}
 	return 0, "", false
 }
@@ -161,11 +169,16 @@ func noQuorumPause(err error) time.Duration {
 }
 
 // enqueue appends a waiter to name's queue, creating the queue (and its
-// release watch) for the first one, who is the head at once.
-func (m *Manager) enqueue(name string) (*queue, *waiter) {
+// release watch) for the first one, who is the head at once. A queue full
+// at MaxWaitersPerName refuses: one hot name must not take every waiting
+// slot of the sidecar from the others.
+func (m *Manager) enqueue(name string) (*queue, *waiter, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	q, ok := m.queues[name]
+	if ok && len(q.waiters) >= m.cfg.MaxWaitersPerName {
+		return nil, nil, &LimitError{Err: ErrTooManyWaitersForName, Max: m.cfg.MaxWaitersPerName, RetryAfter: limitRetryAfter}
+	}
 	if !ok {
 		q = &queue{wake: make(chan WakeSource, 1)}
 		q.stopWatch = m.locker.WatchReleases(m.cfg.KeyPrefix+name, func() { q.signal(WakePubSub) })
@@ -177,7 +190,7 @@ func (m *Manager) enqueue(name string) (*queue, *waiter) {
 		close(w.turn)
 	}
 	m.waiting++
-	return q, w
+	return q, w, nil
 }
 
 // dequeue removes a waiter; a departing head hands the turn to the next,

@@ -31,6 +31,7 @@ type Metrics struct {
 	renewals  *prometheus.CounterVec
 	ended     *prometheus.CounterVec
 	lost      prometheus.Counter
+	overload  prometheus.Counter
 	requests  *prometheus.CounterVec
 	durations *prometheus.HistogramVec
 	masters   *masterConns
@@ -44,7 +45,7 @@ var latencyBuckets = prometheus.ExponentialBucketsRange(0.0001, 10, 16)
 func New(reg prometheus.Registerer, src Sources) *Metrics {
 	m := &Metrics{
 		acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "sidelock_acquire_duration_seconds", Help: "Time to answer an acquisition, by outcome (acquired, held, no_quorum, invalid, error).", Buckets: latencyBuckets,
+			Name: "sidelock_acquire_duration_seconds", Help: "Time to answer an acquisition, by outcome (acquired, held, no_quorum, overloaded, invalid, limited, error).", Buckets: latencyBuckets,
 		}, []string{"outcome"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sidelock_wait_duration_seconds", Help: "Time callers that asked to wait spent waiting for a lock, by outcome.", Buckets: latencyBuckets,
@@ -61,6 +62,9 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 		lost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sidelock_locks_lost_total", Help: "Locks lost because renewal could not keep a quorum before the validity ran out.",
 		}),
+		overload: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sidelock_overloaded_total", Help: "Acquisitions refused with 429 overloaded: this sidecar could not get their round to the masters in time (a burst beyond what it can serve), as opposed to no_quorum (the masters).",
+		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sidelock_http_requests_total", Help: "HTTP requests by route pattern, method and status code.",
 		}, []string{"route", "method", "code"}),
@@ -69,7 +73,7 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 		}, []string{"route", "method"}),
 		masters: newMasterConns(src.Masters),
 	}
-	reg.MustRegister(m.acquire, m.wait, m.wakeups, m.renewals, m.ended, m.lost, m.requests, m.durations, m.masters,
+	reg.MustRegister(m.acquire, m.wait, m.wakeups, m.renewals, m.ended, m.lost, m.overload, m.requests, m.durations, m.masters,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sidelock_locks_held", Help: "Locks currently held through this sidecar.",
 		}, func() float64 { return float64(src.LocksHeld()) }),
@@ -86,6 +90,9 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 // Acquisition implements lease.Observer.
 func (m *Metrics) Acquisition(o lease.Outcome, elapsed time.Duration) {
 	m.acquire.WithLabelValues(string(o)).Observe(elapsed.Seconds())
+	if o == lease.OutcomeOverloaded {
+		m.overload.Inc()
+	}
 }
 
 // Waited implements lease.Observer.

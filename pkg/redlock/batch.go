@@ -50,7 +50,7 @@ func (l *Locker) extendChunk(ctx context.Context, items []ExtendItem, grants []G
 	var wg sync.WaitGroup
 	for i, n := range l.nodes {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, l.nodeTimeout)
+			ctx, cancel := nodeContext(ctx, l.nodeTimeout, n)
 			defer cancel()
 			answers[i], nodeErrs[i] = extendOn(ctx, n, items)
 		})

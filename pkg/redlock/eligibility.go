@@ -104,8 +104,12 @@ func (e *QuorumError) Is(target error) bool { return target == ErrNoQuorum }
 
 // noQuorum explains a round of replies in which only t.ok of the needed
 // masters accepted, naming the masters held out by the guards and when
-// enough of them return.
+// enough of them return; or reports local overload when the calls this
+// sidecar could not send in time would have made up the difference.
 func (l *Locker) noQuorum(what string, replies []reply, t counts) error {
+	if err := l.overloaded(replies, t.ok); err != nil {
+		return err
+	}
 	msg := fmt.Sprintf("no quorum: %d of %d masters %s, %d needed", t.ok, t.total, what, l.quorum)
 	var untils []time.Time
 	var whys []string

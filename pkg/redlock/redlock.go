@@ -172,7 +172,8 @@ func (l *Locker) Drift(ttl time.Duration) time.Duration {
 
 // Acquire tries once to set key to value with ttl on a majority. On failure
 // it has released the key everywhere and returns a *HeldError (matching
-// ErrLockHeld) or an error matching ErrNoQuorum.
+// ErrLockHeld), an error matching ErrNoQuorum (the masters fell short) or
+// an *OverloadedError (this sidecar could not ask enough of them in time).
 func (l *Locker) Acquire(ctx context.Context, key, value string, ttl time.Duration) (Grant, error) {
 	if l.fencing {
 		return l.acquireFenced(ctx, key, value, ttl, 0)
@@ -294,6 +295,9 @@ func (l *Locker) Inspect(ctx context.Context, key string) (Holder, error) {
 		}
 	}
 	if answered < l.quorum {
+		if err := l.overloaded(replies, answered); err != nil {
+			return Holder{}, err
+		}
 		return Holder{}, fmt.Errorf("%w: %d of %d masters answered, %d needed", ErrNoQuorum, answered, len(l.nodes), l.quorum)
 	}
 	return l.majorityHolder(replies, start), nil
@@ -408,8 +412,9 @@ func tally(replies []reply) counts {
 	return c
 }
 
-// fanOut calls every master in parallel, each bounded by the node timeout,
-// and waits for all of them (each is bounded, so the round is too).
+// fanOut calls every master in parallel, each bounded by the node timeout
+// (twice that for nodes that queue calls, see overload.go), and waits for
+// all of them (each is bounded, so the round is too).
 func fanOut(ctx context.Context, l *Locker, call func(context.Context, Node) reply) []reply {
 	replies := make([]reply, len(l.nodes))
 	if len(l.nodes) == 1 {
@@ -440,7 +445,7 @@ func (l *Locker) discountIneligible(replies []reply) []reply {
 }
 
 func callOne(ctx context.Context, timeout time.Duration, n Node, call func(context.Context, Node) reply) reply {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := nodeContext(ctx, timeout, n)
 	defer cancel()
 	return call(ctx, n)
 }

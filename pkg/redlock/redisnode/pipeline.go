@@ -3,11 +3,15 @@ package redisnode
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
 // Coalescing: every scripted call goes through a pipeliner. A caller that
@@ -25,6 +29,16 @@ import (
 // the slots. So the slots never need more than the regular connection plus
 // one pipeline connection per slot, and lone calls of concurrent slots do
 // not queue for the one regular connection.
+//
+// Queueing is the sidecar's, not the master's (see redlock's overload.go):
+// a call made by a redlock round may wait in the queue until its deadline
+// less its redlock.SendTimeout, and has that whole timeout once sent. A
+// call not sent by then leaves the queue and fails: with redlock's
+// ErrOverloaded when the wait was this sidecar's (the master answered a
+// batch meanwhile, or nothing was in flight), with a timeout when it was
+// the master's (it answered nothing while the call waited behind it).
+// Renewals (extend scripts) are queued ahead of everything else: losing a
+// held lock to a burst of new acquisitions is the worse outcome.
 
 const maxBatch = 256
 
@@ -37,6 +51,33 @@ type call struct {
 	cmd    *redis.Cmd
 	done   chan struct{}
 	queued time.Time // when it was queued, for the queue-wait figures
+
+	// sendTimeout, when positive, is the call's time once sent, and sendBy
+	// the latest it may be sent (see "Queueing" above); zero: the
+	// context's deadline bounds the whole call.
+	sendTimeout time.Duration
+	sendBy      time.Time
+	// seen is the master's answered-batch count when the call was queued.
+	seen uint64
+	// Guarded by the pipeliner's mu: taken into a batch, or given up by
+	// its caller (then skipped).
+	taken, abandoned bool
+}
+
+// newCall makes a call for ctx, reading its send budget.
+func newCall(ctx context.Context, script *redis.Script, keys []string, args []any) *call {
+	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{}), queued: time.Now()}
+	if timeout, ok := redlock.SendTimeout(ctx); ok {
+		if deadline, ok := ctx.Deadline(); ok {
+			c.sendTimeout, c.sendBy = timeout, deadline.Add(-timeout)
+		}
+	}
+	return c
+}
+
+// urgent reports whether script renews held locks; such calls go first.
+func urgent(script *redis.Script) bool {
+	return script == extendScript || script == extendManyScript
 }
 
 type pipeliner struct {
@@ -51,8 +92,21 @@ type pipeliner struct {
 	calls     atomic.Uint64
 	batches   atomic.Uint64
 	queueWait atomic.Int64 // nanoseconds
+	// answers counts the batches the master answered (with replies, even
+	// error replies): a call that waited while it grew waited for this
+	// sidecar, not for the master.
+	answers atomic.Uint64
+	// healthy: the latest batch sent was answered. Only then may the
+	// sidecar's starvation take the blame for a failure: a master that
+	// is down or hangs stays the master's fault however busy we are.
+	healthy atomic.Bool
+	// probe tells the sidecar's delays from the master's (starvation.go);
+	// lastSent is its reading when the latest batch was sent.
+	probe    *schedProbe
+	lastSent atomic.Pointer[schedReading]
 
 	mu     sync.Mutex
+	urgent []*call // renewals, sent before queue
 	queue  []*call
 	closed bool
 }
@@ -60,7 +114,7 @@ type pipeliner struct {
 // newPipeliner returns a pipeliner with the given number of slots (at
 // least one).
 func newPipeliner(client *redis.Client, slots int) *pipeliner {
-	p := &pipeliner{client: client, slots: make(chan int, max(slots, 1))}
+	p := &pipeliner{client: client, slots: make(chan int, max(slots, 1)), probe: newSchedProbe()}
 	for i := range cap(p.slots) {
 		p.slots <- i
 	}
@@ -78,6 +132,12 @@ func (p *pipeliner) setOnQueueWait(f func(time.Duration)) {
 
 var errClosed = errors.New("node closed")
 
+// QueuesCalls implements redlock.QueueingNode: calls wait in the
+// pipeliner's queue, and one that waits too long fails as described there.
+func (n *Node) QueuesCalls() {}
+
+var _ redlock.QueueingNode = (*Node)(nil)
+
 // run queues a scripted call, sends queued calls while a slot is free, and
 // waits for its reply or for ctx to end (the command may still run; its
 // reply is then dropped, as after any timeout).
@@ -85,17 +145,82 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	if err := ctx.Err(); err != nil {
 		return failed(ctx, err)
 	}
-	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{}), queued: time.Now()}
+	c := newCall(ctx, script, keys, args)
 	if !p.enqueue(c) {
 		return failed(ctx, errClosed)
 	}
 	p.drive(c)
-	select {
-	case <-c.done:
-		return c.cmd
-	case <-ctx.Done():
-		return failed(ctx, ctx.Err())
+	return p.await(c)
+}
+
+// await waits for c's reply. A call still queued when its caller gives up
+// (ctx ends) or when it is due to be sent (sendBy) leaves the queue, so it
+// is never sent for nobody.
+func (p *pipeliner) await(c *call) *redis.Cmd {
+	var sendBy <-chan time.Time
+	if !c.sendBy.IsZero() {
+		t := time.NewTimer(time.Until(c.sendBy))
+		defer t.Stop()
+		sendBy = t.C
 	}
+	for {
+		select {
+		case <-c.done:
+			return c.cmd
+		case <-c.ctx.Done():
+			return failed(c.ctx, p.expired(c))
+		case <-sendBy:
+			if p.abandon(c) {
+				return failed(c.ctx, p.unsent(c))
+			}
+			sendBy = nil // sent in time: the master has its full timeout
+		}
+	}
+}
+
+// expired is the error of a call whose context ended before its reply:
+// the caller's cancellation as is; a deadline, as local overload when the
+// sidecar was starved of CPU while the call was out or queued (its reply
+// may be sitting unread), else as the timeout it is.
+func (p *pipeliner) expired(c *call) error {
+	p.abandon(c)
+	err := c.ctx.Err()
+	if errors.Is(err, context.DeadlineExceeded) && c.sendTimeout > 0 && p.healthy.Load() && p.starvedSinceLastSend() {
+		return fmt.Errorf("%w: the sidecar was starved of CPU while the call was out (%w)", redlock.ErrOverloaded, err)
+	}
+	return err
+}
+
+// abandon takes c out of the queue if it is still there.
+func (p *pipeliner) abandon(c *call) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.taken {
+		return false
+	}
+	c.abandoned = true
+	return true
+}
+
+// errQueuedBehindMaster is why a call that waited behind batches the
+// master never answered failed: the master's slowness, reported as a
+// timeout like any other.
+var errQueuedBehindMaster = fmt.Errorf("%w: queued behind calls the master has not answered", context.DeadlineExceeded)
+
+// unsent is the error of a call that could not be sent by its sendBy:
+// local overload if the master answered a batch while it waited, or if it
+// answered the latest and none was in flight to wait for or the sidecar was
+// starved of CPU since; else the master's timeout.
+func (p *pipeliner) unsent(c *call) error {
+	if p.answers.Load() != c.seen || p.healthy.Load() && (p.inFlight() == 0 || p.starvedSinceLastSend()) {
+		return fmt.Errorf("%w: waited %v in the queue for a connection", redlock.ErrOverloaded, time.Since(c.queued).Round(time.Millisecond))
+	}
+	return errQueuedBehindMaster
+}
+
+func (p *pipeliner) starvedSinceLastSend() bool {
+	r := p.lastSent.Load()
+	return r != nil && p.probe.starvedSince(*r)
 }
 
 func (p *pipeliner) enqueue(c *call) bool {
@@ -104,7 +229,12 @@ func (p *pipeliner) enqueue(c *call) bool {
 	if p.closed {
 		return false
 	}
-	p.queue = append(p.queue, c)
+	c.seen = p.answers.Load()
+	if urgent(c.script) {
+		p.urgent = append(p.urgent, c)
+	} else {
+		p.queue = append(p.queue, c)
+	}
 	return true
 }
 
@@ -156,19 +286,35 @@ func answered(c *call) bool {
 	}
 }
 
+// take makes the next batch: renewals first, then the rest in order,
+// skipping calls their callers gave up.
 func (p *pipeliner) take() []*call {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := min(len(p.queue), maxBatch)
-	batch := p.queue[:n:n]
-	p.queue = p.queue[n:]
+	var batch []*call
+	batch, p.urgent = takeFrom(batch, p.urgent)
+	batch, p.queue = takeFrom(batch, p.queue)
 	return batch
+}
+
+// takeFrom moves calls from queue to batch until the batch is full,
+// marking them taken. The caller holds the pipeliner's mu.
+func takeFrom(batch, queue []*call) ([]*call, []*call) {
+	i := 0
+	for ; i < len(queue) && len(batch) < maxBatch; i++ {
+		if c := queue[i]; !c.abandoned {
+			c.taken = true
+			batch = append(batch, c)
+		}
+	}
+	clear(queue[:i]) // let sent calls be collected
+	return batch, queue[i:]
 }
 
 func (p *pipeliner) pending() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.queue)
+	return len(p.urgent) + len(p.queue)
 }
 
 func failed(ctx context.Context, err error) *redis.Cmd {
@@ -192,10 +338,19 @@ func (p *pipeliner) inFlight() int { return cap(p.slots) - len(p.slots) }
 // not know (after a restart or SCRIPT FLUSH) and sending those calls once
 // more.
 func (p *pipeliner) exec(slot int, batch []*call) {
-	ctx, cancel := batchContext(batch)
-	defer cancel()
 	sent := time.Now()
+	ctx, cancel := batchContext(batch, sent)
+	defer cancel()
+	base := p.probe.read(lateness(batch))
+	p.lastSent.Store(&base)
 	cmds := p.send(ctx, slot, batch)
+	answered := serverAnswered(cmds)
+	if answered {
+		p.answers.Add(1)
+	} else if p.healthy.Load() && p.probe.starvedSince(base) {
+		blameSidecar(cmds)
+	}
+	p.healthy.Store(answered)
 	var retry []int
 	for i, cmd := range cmds {
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
@@ -271,14 +426,55 @@ func (p *pipeliner) reload(ctx context.Context, slot int, batch []*call, retry [
 	}
 }
 
-// batchContext bounds a batch by the latest deadline among its callers
-// (each is at most a node timeout away), or the fallback timeout.
-func batchContext(batch []*call) (context.Context, context.CancelFunc) {
+// lateness is how late a goroutine's turn to run must be to count as the
+// sidecar's starvation for batch: a tenth of its shortest send timeout.
+// Zero (no reading) when no call is a redlock round's.
+func lateness(batch []*call) time.Duration {
+	var least time.Duration
+	for _, c := range batch {
+		if c.sendTimeout > 0 && (least == 0 || c.sendTimeout < least) {
+			least = c.sendTimeout
+		}
+	}
+	return least / 10
+}
+
+// blameSidecar turns the timeouts of a batch sent while the sidecar was
+// starved of CPU into local overload: it cannot tell whether the master
+// was slow. Other failures (a refused connection) stay the master's.
+func blameSidecar(cmds []*redis.Cmd) {
+	for _, cmd := range cmds {
+		if err := cmd.Err(); isTimeout(err) {
+			cmd.SetErr(fmt.Errorf("%w: the sidecar was starved of CPU while the call was out (%w)", redlock.ErrOverloaded, err))
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout()
+}
+
+// serverAnswered reports whether the master answered any of cmds: a
+// reply, or an error reply, rather than a connection failure or timeout.
+func serverAnswered(cmds []*redis.Cmd) bool {
+	for _, cmd := range cmds {
+		var reply redis.Error
+		if err := cmd.Err(); err == nil || errors.Is(err, redis.Nil) || errors.As(err, &reply) {
+			return true
+		}
+	}
+	return false
+}
+
+// batchContext bounds a batch sent at sent by the latest deadline among
+// its callers (each at most a node timeout away), or the fallback timeout.
+func batchContext(batch []*call, sent time.Time) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, c := range batch {
-		d, ok := c.ctx.Deadline()
+		d, ok := callDeadline(c, sent)
 		if !ok {
-			latest = time.Now().Add(fallbackTimeout)
+			latest = sent.Add(fallbackTimeout)
 			break
 		}
 		if d.After(latest) {
@@ -286,4 +482,22 @@ func batchContext(batch []*call) (context.Context, context.CancelFunc) {
 		}
 	}
 	return context.WithDeadline(context.Background(), latest)
+}
+
+// callDeadline is when c's reply is due if sent at sent: its send
+// timeout from then (never past its context's deadline), or its context's
+// deadline when it has no send timeout.
+func callDeadline(c *call, sent time.Time) (time.Time, bool) {
+	d, ok := c.ctx.Deadline()
+	if ok && c.sendTimeout > 0 {
+		d = earlier(d, sent.Add(c.sendTimeout))
+	}
+	return d, ok
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
