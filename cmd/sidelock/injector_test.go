@@ -12,15 +12,21 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sidelock/sidelock/pkg/injector"
 )
 
 // lockedBuffer collects a log written from several goroutines.
@@ -320,4 +326,185 @@ func TestInjectorRejectsBadSettings(t *testing.T) {
 	if err := runInjector(context.Background(), []string{"-h"}, func(string) string { return "" }, io.Discard, &stderr); err != nil || !strings.Contains(stderr.String(), "usage: sidelock injector") {
 		t.Errorf("-h: %v\n%s", err, stderr.String())
 	}
+}
+
+// The injector has no client authentication and a 64Mi memory limit in
+// the chart (injector.resources): 8 concurrent reviews of the largest size
+// it accepts must leave it well below that. Each shape runs in a fresh
+// `sidelock injector` process (the test binary, see TestMain), whose peak
+// resident memory (VmHWM) is read from /proc once every review is answered.
+func TestInjectorMemoryUnderConcurrentMaximalReviews(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and sends 8 reviews of several MiB per shape")
+	}
+	if raceBuild() {
+		t.Skip("the race detector's shadow memory makes resident sizes meaningless")
+	}
+	const concurrent = 8
+	for _, shape := range maximalReviewShapes() {
+		t.Run(shape.name, func(t *testing.T) {
+			body := maximalReview(shape.member, maximalReviewBytes)
+			p := startInjectorProcess(t)
+			statuses := postConcurrently(t, p, body, concurrent)
+			peak := p.peakRSS(t)
+			t.Logf("%d concurrent %d-byte reviews: HTTP %v, peak RSS %.1f MiB", concurrent, len(body), statuses, float64(peak)/(1<<20))
+			if peak > injectorPeakRSSBudget {
+				t.Errorf("peak RSS %.1f MiB, want at most %.0f MiB (the chart's limit is 64Mi)", float64(peak)/(1<<20), float64(injectorPeakRSSBudget)/(1<<20))
+			}
+		})
+	}
+}
+
+// injectorPeakRSSBudget leaves a quarter of the chart's 64Mi limit free.
+const injectorPeakRSSBudget = 48 << 20
+
+// maximalReviewBytes is the size of the reviews the memory test sends: the
+// largest body the injector accepts.
+const maximalReviewBytes = injector.MaxReviewBytes
+
+func raceBuild() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}
+
+// reviewShape is a way to fill a review: member(i) is the i-th JSON member
+// of the pod's annotations.
+type reviewShape struct {
+	name   string
+	member func(i int) string
+}
+
+func maximalReviewShapes() []reviewShape {
+	return []reviewShape{
+		{"many small annotations", func(i int) string { return fmt.Sprintf(`"k%07d":"v"`, i) }},
+		{"many unknown sidelock annotations", func(i int) string { return fmt.Sprintf(`"sidelock.io/x%07d":"v"`, i) }},
+		{"one large annotation", func(i int) string {
+			if i > 0 {
+				return ""
+			}
+			return `"big":"` + strings.Repeat("x", maximalReviewBytes) + `"`
+		}},
+	}
+}
+
+// maximalReview is an opted-in pod creation review of at most size bytes,
+// its annotations filled with members.
+func maximalReview(member func(i int) string, size int) []byte {
+	head := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"7b3f","kind":{"group":"","version":"v1","kind":"Pod"},` +
+		`"resource":{"group":"","version":"v1","resource":"pods"},"namespace":"shop","operation":"CREATE","object":{"apiVersion":"v1","kind":"Pod",` +
+		`"metadata":{"generateName":"web-","labels":{"sidelock.io/inject":"true"},"annotations":{`
+	tail := `}},"spec":{"containers":[{"name":"web","image":"web:1"}]}}}}`
+	b := bytes.NewBufferString(head)
+	for i := 0; ; i++ {
+		m := member(i)
+		if m == "" {
+			break
+		}
+		if i > 0 {
+			m = "," + m
+		}
+		if b.Len()+len(m)+len(tail) > size {
+			if i == 0 { // one member: cut its value to fit
+				m = m[:size-len(tail)-b.Len()-1] + `"`
+			} else {
+				break
+			}
+		}
+		b.WriteString(m)
+	}
+	b.WriteString(tail)
+	return b.Bytes()
+}
+
+// injectorProcess is `sidelock injector` running in a child process.
+type injectorProcess struct {
+	cmd    *exec.Cmd
+	addr   string
+	client *http.Client
+}
+
+func startInjectorProcess(t *testing.T) *injectorProcess {
+	t.Helper()
+	env, pool, _, _ := injectorEnv(t)
+	cmd := exec.Command(os.Args[0], "injector")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	p := &injectorProcess{cmd: cmd, client: httpsClient(pool, 0)}
+	p.client.Timeout = 30 * time.Second
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(nil, 1<<30)
+		for sc.Scan() {
+			var line struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "sidelock injector started" {
+				addr <- line.Addr
+			}
+		}
+	}()
+	select {
+	case p.addr = <-addr:
+	case <-time.After(10 * time.Second):
+		t.Fatal("injector process did not start")
+	}
+	return p
+}
+
+// postConcurrently sends body n times at once and returns the statuses.
+func postConcurrently(t *testing.T, p *injectorProcess, body []byte, n int) []int {
+	t.Helper()
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			resp, err := p.client.Post("https://"+p.addr+"/mutate", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			statuses[i] = resp.StatusCode
+		})
+	}
+	wg.Wait()
+	return statuses
+}
+
+// peakRSS is the process's peak resident memory (VmHWM).
+func (p *injectorProcess) peakRSS(t *testing.T) int64 {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("VmHWM %q", v)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc/<pid>/status")
+	return 0
 }

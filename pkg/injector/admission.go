@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // The few admission.k8s.io/v1 and core/v1 fields the injector reads or
@@ -75,34 +76,30 @@ type Status struct {
 // PatchTypeJSONPatch is the only patch type admission webhooks may return.
 const PatchTypeJSONPatch = "JSONPatch"
 
-// maxReviewBytes bounds a request body. The API server's own limit on an
-// object is 3 MiB; the review around it adds little.
-const maxReviewBytes = 4 << 20
-
 // ErrMalformed is returned by DecodeReview for anything that is not an
 // AdmissionReview v1 request the injector can answer.
 var ErrMalformed = errors.New("malformed AdmissionReview")
 
 // DecodeReview parses an AdmissionReview v1 request. Unknown fields are
 // allowed (the API server sends many the injector does not need); a wrong
-// apiVersion or kind, a missing request or uid, or trailing data are not.
+// apiVersion or kind, a missing request, a missing or oversized uid, or
+// trailing data are not. The error quotes the body only in clipped bits.
 func DecodeReview(body []byte) (*AdmissionReview, error) {
 	var r AdmissionReview
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&r); err != nil {
+	// Unmarshal, not a Decoder: that would copy the body into its buffer.
+	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: data after the review", ErrMalformed)
 	}
 	switch {
 	case r.APIVersion != AdmissionAPIVersion || r.Kind != AdmissionKind:
-		return nil, fmt.Errorf("%w: apiVersion %q kind %q, want %s %s (admissionReviewVersions: [v1])",
-			ErrMalformed, r.APIVersion, r.Kind, AdmissionAPIVersion, AdmissionKind)
+		return nil, fmt.Errorf("%w: apiVersion %s kind %s, want %s %s (admissionReviewVersions: [v1])",
+			ErrMalformed, quote(r.APIVersion), quote(r.Kind), AdmissionAPIVersion, AdmissionKind)
 	case r.Request == nil:
 		return nil, fmt.Errorf("%w: no request", ErrMalformed)
 	case r.Request.UID == "":
 		return nil, fmt.Errorf("%w: request without uid", ErrMalformed)
+	case len(r.Request.UID) > maxUIDBytes:
+		return nil, fmt.Errorf("%w: uid of %d bytes, at most %d", ErrMalformed, len(r.Request.UID), maxUIDBytes)
 	}
 	return &r, nil
 }
@@ -113,8 +110,8 @@ type pod struct {
 		Name         string
 		GenerateName string
 		Namespace    string
-		Labels       map[string]string
-		Annotations  map[string]string
+		Labels       sidelockEntries
+		Annotations  sidelockEntries
 	}
 	Spec struct {
 		InitContainers []podContainer
@@ -137,9 +134,21 @@ type podPort struct {
 // see the pod exactly as the API server will apply its patch to it, so
 // unlike encoding/json's struct decoding, no key matches another case
 // ("Metadata" is not metadata).
-type object map[string]json.RawMessage
+type object map[string]span
 
-func decodeObject(raw json.RawMessage, what string) (object, error) {
+// span is a JSON value within a document held for the whole review:
+// unlike json.RawMessage, it refers to the document's bytes instead of
+// copying them (a pod may be megabytes, its metadata most of that). Only
+// json.Unmarshal, whose input is the caller's and is left alone, may fill
+// one: a json.Decoder reuses its buffer.
+type span []byte
+
+func (s *span) UnmarshalJSON(data []byte) error {
+	*s = data[:len(data):len(data)]
+	return nil
+}
+
+func decodeObject(raw []byte, what string) (object, error) {
 	var o object
 	if err := json.Unmarshal(raw, &o); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
@@ -185,7 +194,7 @@ func decodePod(raw json.RawMessage) (*pod, error) {
 		return nil, err
 	}
 	for key, list := range map[string]*[]podContainer{"initContainers": &p.Spec.InitContainers, "containers": &p.Spec.Containers} {
-		var items []json.RawMessage
+		var items []span
 		if err := spec.field(key, &items); err != nil {
 			return nil, fmt.Errorf("spec.%w", err)
 		}
@@ -197,7 +206,7 @@ func decodePod(raw json.RawMessage) (*pod, error) {
 			*list = append(*list, c)
 		}
 	}
-	var vols []json.RawMessage
+	var vols []span
 	if err := spec.field("volumes", &vols); err != nil {
 		return nil, fmt.Errorf("spec.%w", err)
 	}
@@ -215,7 +224,7 @@ func decodePod(raw json.RawMessage) (*pod, error) {
 	return &p, nil
 }
 
-func decodeContainer(raw json.RawMessage) (podContainer, error) {
+func decodeContainer(raw span) (podContainer, error) {
 	var c podContainer
 	o, err := decodeObject(raw, "container")
 	if err != nil {
@@ -224,7 +233,7 @@ func decodeContainer(raw json.RawMessage) (podContainer, error) {
 	if err := o.field("name", &c.Name); err != nil {
 		return c, err
 	}
-	var ports []json.RawMessage
+	var ports []span
 	if err := o.field("ports", &ports); err != nil {
 		return c, err
 	}
@@ -246,13 +255,128 @@ func decodeContainer(raw json.RawMessage) (podContainer, error) {
 }
 
 // displayName names the pod in messages (it has no name yet when its
-// controller gives only generateName).
+// controller gives only generateName), clipped: names are validated only
+// after admission.
 func (p *pod) displayName() string {
 	switch {
 	case p.Metadata.Name != "":
-		return p.Metadata.Name
+		return clip(p.Metadata.Name, maxQuotedBytes)
 	case p.Metadata.GenerateName != "":
-		return p.Metadata.GenerateName + "<generated>"
+		return clip(p.Metadata.GenerateName, maxQuotedBytes) + "<generated>"
 	}
 	return "<unnamed>"
+}
+
+// sidelockEntries is a pod's labels or annotations as far as the injector
+// reads them: the entries under Prefix, at most maxSidelockAnnotations of
+// them besides the injector's own keys (always kept: dropping the opt-in
+// label would admit a pod without the sidecar it asked for). The others
+// are only counted: the API server validates sizes only after admission,
+// so a pod under review may carry hundreds of thousands of entries, and a
+// map of them would take several times their size.
+type sidelockEntries struct {
+	kept     map[string]string
+	prefixed int  // entries under Prefix, kept or not
+	any      bool // whether there is any entry at all
+}
+
+// get returns a kept entry.
+func (e sidelockEntries) get(key string) string { return e.kept[key] }
+
+// UnmarshalJSON walks a JSON object of strings (a null value reads as ""),
+// keeping what sidelockEntries says. It allocates nothing for the entries
+// it only counts: json.Unmarshal has checked that data is valid JSON, so
+// finding the strings' ends is all the parsing there is to do.
+func (e *sidelockEntries) UnmarshalJSON(data []byte) error {
+	rest := bytes.TrimSpace(data)
+	if string(rest) == "null" {
+		return nil
+	}
+	if !bytes.HasPrefix(rest, []byte("{")) {
+		return errors.New("not an object")
+	}
+	rest = rest[1:]
+	for {
+		rest = bytes.TrimLeft(rest, " \t\r\n,")
+		if len(rest) == 0 || rest[0] == '}' {
+			return nil
+		}
+		key, afterKey, err := cutString(rest)
+		if err != nil {
+			return err
+		}
+		value := bytes.TrimLeft(afterKey, " \t\r\n:")
+		var raw []byte // nil for null
+		if bytes.HasPrefix(value, []byte("null")) {
+			rest = value[len("null"):]
+		} else if raw, rest, err = cutString(value); err != nil {
+			k, _ := unquote(key)
+			return fmt.Errorf("%s: not a string", quote(k))
+		}
+		if err := e.addRaw(key, raw); err != nil {
+			return err
+		}
+	}
+}
+
+// cutString splits b after the JSON string it starts with (quotes
+// included).
+func cutString(b []byte) (str, rest []byte, err error) {
+	if len(b) == 0 || b[0] != '"' {
+		return nil, nil, errors.New("not a string")
+	}
+	for i := 1; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++ // the escaped byte, which may be a quote
+		case '"':
+			return b[:i+1], b[i+1:], nil
+		}
+	}
+	return nil, nil, errors.New("unterminated string")
+}
+
+// unquote decodes a JSON string; without escapes, that is a slice of it.
+func unquote(raw []byte) (string, error) {
+	if !bytes.ContainsRune(raw, '\\') {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err
+}
+
+// addRaw adds the entry of a quoted key and value (nil: null), decoding
+// them only if the entry is to be kept.
+func (e *sidelockEntries) addRaw(rawKey, rawValue []byte) error {
+	e.any = true
+	if !bytes.ContainsRune(rawKey, '\\') && !bytes.HasPrefix(rawKey[1:], []byte(Prefix)) {
+		return nil // the common case: counted, never copied
+	}
+	key, err := unquote(rawKey)
+	if err != nil || !e.wants(key) {
+		return err
+	}
+	value := ""
+	if rawValue != nil {
+		if value, err = unquote(rawValue); err != nil {
+			return err
+		}
+	}
+	e.kept[key] = value
+	return nil
+}
+
+// wants counts an entry and tells whether to keep it.
+func (e *sidelockEntries) wants(key string) bool {
+	if !strings.HasPrefix(key, Prefix) {
+		return false
+	}
+	e.prefixed++
+	if e.kept == nil {
+		e.kept = map[string]string{}
+	}
+	_, dup := e.kept[key]
+	own := key == InjectLabel || key == ComponentLabel || key == StatusAnnotation
+	return dup || own || len(e.kept) < maxSidelockAnnotations
 }

@@ -12,7 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
+
+	"github.com/sidelock/sidelock/pkg/lease"
 )
 
 // Labels and annotations of the injector.
@@ -57,7 +58,7 @@ var Annotations = []Annotation{
 		apply: setDuration(envDefaultTTL)},
 	{Key: Prefix + "max-ttl", Example: "1h", Help: "SIDELOCK_MAX_TTL: longest TTL a request may ask for; Go duration, at least the key TTL (and at most the fence retention when fencing)",
 		apply: setDuration(envMaxTTL)},
-	{Key: Prefix + "key-prefix", Example: "orders:", Help: "SIDELOCK_KEY_PREFIX: prefix of the lock keys in Redis; 1-64 printable characters, no spaces",
+	{Key: Prefix + "key-prefix", Example: "orders:", Help: "SIDELOCK_KEY_PREFIX: prefix of the lock keys in Redis; 1-64 bytes of A-Z a-z 0-9 . _ / - ending in its only ':', so that no two prefixes' keys collide",
 		apply: setKeyPrefix},
 	{Key: Prefix + "log-level", Example: "debug", Help: "SIDELOCK_LOG_LEVEL: debug, info, warn or error",
 		apply: setLogLevel},
@@ -91,33 +92,63 @@ func invalidf(format string, args ...any) error {
 }
 
 // applyAnnotations applies the pod's sidelock.io annotations to c, then
-// checks the combination, and returns every problem at once. Unknown
-// sidelock.io/ annotations are refused: a typo must not silently leave a
-// default in place.
-func applyAnnotations(s *Spec, c container, annotations map[string]string) error {
-	var errs []error
+// checks the combination, and returns the problems at once (the first few:
+// see problemList). Unknown sidelock.io/ annotations are refused: a typo
+// must not silently leave a default in place.
+func applyAnnotations(s *Spec, c container, annotations sidelockEntries) error {
+	if n := annotations.prefixed; n > maxSidelockAnnotations {
+		return invalidf("%d %s annotations, at most %d (known: %s)", n, Prefix, maxSidelockAnnotations, strings.Join(annotationKeys(), ", "))
+	}
+	var problems problemList
+	var unknown []string
 	o := &overrides{c: c, readiness: s.ReadinessByDefault}
-	for _, key := range slices.Sorted(maps.Keys(annotations)) {
-		if !strings.HasPrefix(key, Prefix) || key == StatusAnnotation || key == InjectLabel {
+	for _, key := range slices.Sorted(maps.Keys(annotations.kept)) {
+		if key == StatusAnnotation || key == InjectLabel {
 			continue
 		}
-		v := annotations[key]
 		i := slices.IndexFunc(Annotations, func(a Annotation) bool { return a.Key == key })
 		if i < 0 {
-			errs = append(errs, invalidf("unknown annotation %s (known: %s)", key, strings.Join(annotationKeys(), ", ")))
+			unknown = append(unknown, clip(key, maxQuotedBytes))
 			continue
 		}
-		if err := Annotations[i].apply(o, v); err != nil {
-			errs = append(errs, invalidf("%s: %v", key, err))
+		if err := applyAnnotation(Annotations[i], o, annotations.get(key)); err != nil {
+			problems.add(err)
 		}
+	}
+	if len(unknown) > 0 {
+		problems.add(unknownAnnotations(unknown))
 	}
 	if !o.readiness {
 		delete(c, "readinessProbe")
 	}
-	if len(errs) == 0 {
-		errs = checkCombination(c)
+	if problems.err() == nil {
+		for _, err := range checkCombination(c) {
+			problems.add(err)
+		}
 	}
-	return errors.Join(errs...)
+	return problems.err()
+}
+
+// applyAnnotation applies one annotation; a value too long to be valid is
+// refused without being quoted.
+func applyAnnotation(a Annotation, o *overrides, value string) error {
+	if len(value) > maxAnnotationValueBytes {
+		return invalidf("%s: a value of %d bytes, at most %d", a.Key, len(value), maxAnnotationValueBytes)
+	}
+	if err := a.apply(o, value); err != nil {
+		return invalidf("%s: %v", a.Key, err)
+	}
+	return nil
+}
+
+// unknownAnnotations is one problem for all the unknown keys, naming the
+// first few and the known ones once.
+func unknownAnnotations(keys []string) error {
+	named := strings.Join(keys[:min(len(keys), maxReportedProblems)], ", ")
+	if more := len(keys) - maxReportedProblems; more > 0 {
+		named += fmt.Sprintf(" and %d more", more)
+	}
+	return invalidf("unknown annotation %s (known: %s)", named, strings.Join(annotationKeys(), ", "))
 }
 
 func annotationKeys() []string {
@@ -135,16 +166,19 @@ func setDuration(envName string) func(o *overrides, v string) error {
 	return func(o *overrides, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < minTTL {
-			return fmt.Errorf("%q is not a duration of at least %v (e.g. 30s, 5m, 1h)", v, minTTL)
+			return fmt.Errorf("%s is not a duration of at least %v (e.g. 30s, 5m, 1h)", quote(v), minTTL)
 		}
 		o.c.setEnv(envName, v)
 		return nil
 	}
 }
 
+// setKeyPrefix applies the sidecar's own rule (lease.ValidateKeyPrefix),
+// so that a prefix it would refuse at start, or one whose keys could reach
+// another prefix's fence counters, is refused at admission.
 func setKeyPrefix(o *overrides, v string) error {
-	if len(v) == 0 || len(v) > 64 || strings.ContainsFunc(v, func(r rune) bool { return r > unicode.MaxASCII || !unicode.IsGraphic(r) || unicode.IsSpace(r) }) {
-		return fmt.Errorf("%q is not 1 to 64 printable ASCII characters without spaces", v)
+	if err := lease.ValidateKeyPrefix(v); err != nil {
+		return fmt.Errorf("%s %w", quote(v), err)
 	}
 	o.c.setEnv(envKeyPrefix, v)
 	return nil
@@ -152,7 +186,7 @@ func setKeyPrefix(o *overrides, v string) error {
 
 func setLogLevel(o *overrides, v string) error {
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, v) {
-		return fmt.Errorf("%q is not debug, info, warn or error", v)
+		return fmt.Errorf("%s is not debug, info, warn or error", quote(v))
 	}
 	o.c.setEnv(envLogLevel, v)
 	return nil
@@ -161,7 +195,7 @@ func setLogLevel(o *overrides, v string) error {
 func parsePort(v string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != v {
-		return 0, fmt.Errorf("%q is not a port number (1-65535)", v)
+		return 0, fmt.Errorf("%s is not a port number (1-65535)", quote(v))
 	}
 	return n, nil
 }
@@ -201,7 +235,7 @@ func setReadiness(o *overrides, v string) error {
 		o.readiness = v == "true"
 		return nil
 	}
-	return fmt.Errorf("%q is not true or false", v)
+	return fmt.Errorf("%s is not true or false", quote(v))
 }
 
 func setResource(kind, name string) func(o *overrides, v string) error {
@@ -211,7 +245,7 @@ func setResource(kind, name string) func(o *overrides, v string) error {
 			return err
 		}
 		if q.Sign() <= 0 {
-			return fmt.Errorf("%q is not positive", v)
+			return fmt.Errorf("%s is not positive", quote(v))
 		}
 		o.c.resources(kind)[name] = v
 		return nil
@@ -286,11 +320,11 @@ var suffixes = map[string]*big.Rat{
 func parseQuantity(s string) (*big.Rat, error) {
 	m := quantityRE.FindStringSubmatch(s)
 	if m == nil || len(s) > 32 {
-		return nil, fmt.Errorf("%q is not a Kubernetes quantity (e.g. 100m, 0.5, 64Mi, 1G)", s)
+		return nil, fmt.Errorf("%s is not a Kubernetes quantity (e.g. 100m, 0.5, 64Mi, 1G)", quote(s))
 	}
 	num, ok := new(big.Rat).SetString(m[1])
 	if !ok {
-		return nil, fmt.Errorf("%q is not a Kubernetes quantity", s)
+		return nil, fmt.Errorf("%s is not a Kubernetes quantity", quote(s))
 	}
 	suffix := m[2]
 	if f, ok := suffixes[suffix]; ok {
@@ -298,7 +332,7 @@ func parseQuantity(s string) (*big.Rat, error) {
 	}
 	exp, err := strconv.Atoi(suffix[1:])
 	if err != nil || exp < -30 || exp > 30 {
-		return nil, fmt.Errorf("%q: exponent out of range", s)
+		return nil, fmt.Errorf("%s: exponent out of range", quote(s))
 	}
 	pow := new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(max(exp, -exp))), nil))
 	if exp < 0 {

@@ -11,8 +11,13 @@
 // other excluded namespaces), nor the injector's own pods, and has no side
 // effects, so dry-run requests are answered like any other.
 //
-// The package depends on the standard library only: admission and pod
-// types are reduced to the fields it needs (see AdmissionReview).
+// Everything a caller controls is bounded (see the limits in limits.go):
+// the body, the reviews decoded at once, the sidelock.io/ annotations, and
+// what denials and log lines quote.
+//
+// The package depends on the standard library only, and on pkg/lease for
+// the key prefix rule the sidecar applies: admission and pod types are
+// reduced to the fields it needs (see AdmissionReview).
 package injector
 
 import (
@@ -24,6 +29,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -43,6 +49,7 @@ type Injector struct {
 	spec    *Spec
 	exclude []string
 	log     *slog.Logger
+	budget  *reviewBudget
 }
 
 // AlwaysExcluded is never injected, whatever the configuration says.
@@ -53,9 +60,9 @@ func New(cfg Config) (*Injector, error) {
 	if cfg.Spec == nil || cfg.Spec.name == "" {
 		return nil, errors.New("injector: no sidecar spec (use LoadSpec or ParseSpec)")
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	log := slog.New(slog.DiscardHandler)
+	if cfg.Logger != nil {
+		log = slog.New(boundedHandler{cfg.Logger.Handler()})
 	}
 	exclude := []string{AlwaysExcluded}
 	for _, ns := range cfg.ExcludeNamespaces {
@@ -63,14 +70,17 @@ func New(cfg Config) (*Injector, error) {
 			exclude = append(exclude, ns)
 		}
 	}
-	return &Injector{spec: cfg.Spec, exclude: exclude, log: log}, nil
+	return &Injector{spec: cfg.Spec, exclude: exclude, log: log, budget: newReviewBudget(reviewBudgetBytes)}, nil
 }
 
 // ServeHTTP answers a POSTed AdmissionReview. A body that is not a review
 // the injector can answer gets a 4xx with a plain-text reason (there is no
-// uid to answer with); the API server then applies the webhook's
-// failurePolicy. A review it can answer always gets 200 and a response
-// echoing the request's uid, which may deny the pod.
+// uid to answer with): 413 over MaxReviewBytes, 429 with Retry-After when
+// the reviews in progress hold the memory budget (reviewBudgetBytes) for
+// longer than reviewBudgetWait. The API server retries a 429 within the
+// webhook's timeout, then applies its failurePolicy. A review it can
+// answer always gets 200 and a response echoing the request's uid, which
+// may deny the pod.
 func (i *Injector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -81,11 +91,31 @@ func (i *Injector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Content-Type must be application/json", http.StatusUnsupportedMediaType)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxReviewBytes))
+	if r.ContentLength > MaxReviewBytes {
+		i.refuseTooLarge(w, r)
+		return
+	}
+	size := r.ContentLength
+	if size < 0 { // not announced (chunked): it may be as large as allowed
+		size = MaxReviewBytes
+	}
+	if !i.budget.acquire(r.Context(), size, reviewBudgetWait) {
+		i.log.Warn("busy with other large reviews: 429", "remote", r.RemoteAddr, "bytes", r.ContentLength)
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+		http.Error(w, "sidelock injector: busy with other large reviews, retry", http.StatusTooManyRequests)
+		return
+	}
+	defer i.budget.release(size)
+	i.serveReview(w, r)
+}
+
+// serveReview reads, decodes and answers a review, within the budget.
+func (i *Injector) serveReview(w http.ResponseWriter, r *http.Request) {
+	body, err := readReview(w, r)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			http.Error(w, "AdmissionReview too large", http.StatusRequestEntityTooLarge)
+			i.refuseTooLarge(w, r)
 			return
 		}
 		http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
@@ -101,12 +131,30 @@ func (i *Injector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(out)
 }
 
+func (i *Injector) refuseTooLarge(w http.ResponseWriter, r *http.Request) {
+	i.log.Warn("AdmissionReview too large: 413", "remote", r.RemoteAddr, "bytes", r.ContentLength, "max", MaxReviewBytes)
+	http.Error(w, fmt.Sprintf("AdmissionReview larger than %d bytes", MaxReviewBytes), http.StatusRequestEntityTooLarge)
+}
+
+// readReview reads a body of at most MaxReviewBytes. One of announced
+// length is read into a buffer of that length: a growing buffer would
+// copy it several times over.
+func readReview(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, MaxReviewBytes)
+	if r.ContentLength < 0 {
+		return io.ReadAll(body)
+	}
+	buf := make([]byte, r.ContentLength)
+	_, err := io.ReadFull(body, buf)
+	return buf, err
+}
+
 // Handle answers an AdmissionReview request body with a response body and
 // 200, or with a plain-text reason and 400 when body is not a review.
 func (i *Injector) Handle(body []byte) ([]byte, int) {
 	review, err := DecodeReview(body)
 	if err != nil {
-		return []byte(err.Error()), http.StatusBadRequest
+		return []byte(clip(err.Error(), maxMessageBytes)), http.StatusBadRequest
 	}
 	resp := i.Review(review.Request)
 	out, err := json.Marshal(AdmissionReview{APIVersion: AdmissionAPIVersion, Kind: AdmissionKind, Response: resp})
@@ -158,7 +206,7 @@ func (i *Injector) Review(req *AdmissionRequest) *AdmissionResponse {
 
 func deny(resp *AdmissionResponse, code int32, reason, msg string) *AdmissionResponse {
 	resp.Allowed = false
-	resp.Result = &Status{Status: "Failure", Code: code, Reason: reason, Message: msg}
+	resp.Result = &Status{Status: "Failure", Code: code, Reason: reason, Message: clip(msg, maxMessageBytes)}
 	return resp
 }
 
@@ -169,11 +217,11 @@ func (i *Injector) inject(p *pod, ns string) (patch []byte, warnings []string, e
 	switch {
 	case slices.Contains(i.exclude, ns):
 		why = "excluded namespace"
-	case p.Metadata.Labels[ComponentLabel] == ComponentInjector:
+	case p.Metadata.Labels.get(ComponentLabel) == ComponentInjector:
 		why = "the injector's own pod"
-	case p.Metadata.Labels[InjectLabel] != "true":
+	case p.Metadata.Labels.get(InjectLabel) != "true":
 		why = "not opted in with " + InjectLabel + `: "true"`
-	case p.Metadata.Annotations[StatusAnnotation] == StatusInjected:
+	case p.Metadata.Annotations.get(StatusAnnotation) == StatusInjected:
 		why = "already injected"
 	case slices.ContainsFunc(slices.Concat(p.Spec.InitContainers, p.Spec.Containers), func(c podContainer) bool { return c.Name == i.spec.name }):
 		why = "has a container with the sidecar's name"
@@ -207,7 +255,7 @@ func (i *Injector) inject(p *pod, ns string) (patch []byte, warnings []string, e
 	}
 	if refs := c.secretRefs(); len(refs) > 0 && i.spec.ReleaseNamespace != "" && ns != i.spec.ReleaseNamespace {
 		warnings = append(warnings, fmt.Sprintf("sidelock: the sidecar reads Secret %s, which the chart expects in namespace %s; this pod is in %s, so it needs a copy there",
-			strings.Join(refs, ", "), i.spec.ReleaseNamespace, ns))
+			strings.Join(refs, ", "), i.spec.ReleaseNamespace, clip(ns, maxQuotedBytes)))
 	}
 
 	var ops []patchOp
@@ -225,7 +273,7 @@ func (i *Injector) inject(p *pod, ns string) (patch []byte, warnings []string, e
 			}
 		}
 	}
-	if len(p.Metadata.Annotations) == 0 {
+	if !p.Metadata.Annotations.any {
 		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{StatusAnnotation: StatusInjected}})
 	} else {
 		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(StatusAnnotation), Value: StatusInjected})

@@ -394,6 +394,8 @@ func TestBadAnnotationsDenied(t *testing.T) {
 		{"bad quantity", map[string]string{"sidelock.io/memory-limit": "lots"}, "", []string{"sidelock.io/memory-limit", "quantity"}},
 		{"zero quantity", map[string]string{"sidelock.io/cpu-request": "0"}, "", []string{"sidelock.io/cpu-request", "positive"}},
 		{"key prefix with space", map[string]string{"sidelock.io/key-prefix": "my app:"}, "", []string{"sidelock.io/key-prefix"}},
+		{"key prefix reaching other prefixes' keys", map[string]string{"sidelock.io/key-prefix": "sidelock:victim#"}, "", []string{"sidelock.io/key-prefix", `"sidelock:victim#" must be 1 to 64 bytes of A-Z a-z 0-9 . _ / - ending in one ':'`}},
+		{"key prefix without its colon", map[string]string{"sidelock.io/key-prefix": "orders"}, "", []string{"sidelock.io/key-prefix", "ending in one ':'"}},
 		{"empty key prefix", map[string]string{"sidelock.io/key-prefix": ""}, "", []string{"sidelock.io/key-prefix"}},
 		{"unknown annotation", map[string]string{"sidelock.io/defaultTTL": "30s"}, "", []string{"unknown annotation sidelock.io/defaultTTL", "sidelock.io/default-ttl"}},
 		{"every problem at once", map[string]string{"sidelock.io/log-level": "loud", "sidelock.io/max-ttl": "forever"}, "", []string{"sidelock.io/log-level", "sidelock.io/max-ttl"}},
