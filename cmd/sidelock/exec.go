@@ -6,15 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/sidelock/sidelock/pkg/client"
+	"github.com/sidelock/sidelock/pkg/lease"
 )
 
 // Exit codes of `sidelock exec`, besides the command's own code. They
@@ -81,13 +80,21 @@ func parseExec(args []string, stderr io.Writer) (execOptions, error) {
 		return o, exitWith(exitUsage, "exec needs NAME -- COMMAND [ARGS...]")
 	}
 	o.name, o.argv = rest[0], rest[2:]
+	// Refused here, before any request: the sidecar would refuse it too,
+	// and a name that means something in a URL must never reach one.
+	if err := lease.ValidateName(o.name); err != nil {
+		return o, exitWith(exitUsage, "lock name %q: %v", o.name, err)
+	}
 	if o.opts.Owner == "" {
 		o.opts.Owner, _ = os.Hostname()
 	}
 	return o, nil
 }
 
-// runExec holds the lock for as long as the command runs.
+// runExec holds the lock for as long as the command runs. The command
+// runs under a guard process (see exec_guard.go) that shares the lock's
+// connection, so that the lock outlives exec, however exec ends, until
+// the command and everything it started in its process group are dead.
 func runExec(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	o, err := parseExec(args, stderr)
 	if err != nil {
@@ -105,48 +112,69 @@ func runExec(ctx context.Context, args []string, getenv func(string) string, std
 		return exitWith(exitUnavailable, "sidecar at %s: %w", addr, err)
 	}
 	defer held.Release()
-	cmd := exec.Command(o.argv[0], o.argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	// Its own process group, so that stopping the command stops what it
-	// started too: a shell's children must not outlive the lock.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = append(os.Environ(),
-		"SIDELOCK_LOCK_NAME="+held.Lease.Name,
-		"SIDELOCK_TOKEN="+held.Lease.Token,
-		"SIDELOCK_FENCE="+strconv.FormatInt(held.Lease.Fence, 10))
-	if err := cmd.Start(); err != nil {
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitWith(exitNotFound, "%v", err)
-		}
-		return exitWith(exitCannotRun, "%v", err)
+	holdConn, err := dupForChild(held.Conn())
+	if err != nil {
+		return exitWith(exitUnavailable, "sharing the lock's connection with the command's guard: %w", err)
 	}
-	return superviseCommand(cmd, held, o.grace, stderr)
+	// Caught before the guard starts, so that none of them can end exec
+	// between its start and the supervision; forwarded once it runs.
+	signals, stopSignals := notifyForwarded()
+	defer stopSignals()
+	cmd := guardCommand(o.argv, holdConn, commandEnv(held.Lease), stdout, stderr)
+	exited, err := startOnLockedThread(cmd)
+	_ = holdConn.Close() // the guard has its own copy now
+	if err != nil {
+		return exitWith(exitCannotRun, "starting the command's guard: %v", err)
+	}
+	group := commandGroup{pgid: cmd.Process.Pid, exited: exited}
+	return superviseCommand(group, signals, held, o.grace, stderr)
+}
+
+// commandEnv is exec's environment and the lock's name, token and fence.
+func commandEnv(l client.Lease) []string {
+	return append(os.Environ(),
+		"SIDELOCK_LOCK_NAME="+l.Name,
+		"SIDELOCK_TOKEN="+l.Token,
+		"SIDELOCK_FENCE="+strconv.FormatInt(l.Fence, 10))
+}
+
+// commandGroup is the guard's process group, which the command and all it
+// starts are in, and the guard's exit.
+type commandGroup struct {
+	pgid   int
+	exited <-chan error
+}
+
+// signal signals every process of the group; the guard outlives all but
+// SIGKILL.
+func (g commandGroup) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-g.pgid, sig)
 }
 
 // killLead is how long before valid_until the command is SIGKILLed at the
 // latest, so that it is dead, not dying, when the promise runs out.
 const killLead = 100 * time.Millisecond
 
-// superviseCommand forwards SIGINT and SIGTERM to the command and makes
-// sure it is dead by the lock's valid_until unless the lock is renewed:
+// superviseCommand forwards signals to the command (see forwardedSignals)
+// and makes sure it is dead by the lock's valid_until unless the lock is
+// renewed:
 //   - an "expiring" or "lost" event sends SIGTERM at once, and SIGKILL after
 //     the grace period or just before valid_until, whichever is first;
 //   - a watchdog SIGKILLs the command just before the last valid_until it
 //     heard of, should the stream stall without saying anything.
-func superviseCommand(cmd *exec.Cmd, held *client.Held, grace time.Duration, stderr io.Writer) error {
-	signals := make(chan os.Signal, 2)
-	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(signals)
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	s := supervisor{cmd: cmd, name: held.Lease.Name, grace: grace, stderr: stderr}
+//
+// It returns once the guard has exited and the group is swept (the guard
+// sweeps it too, unless it was killed itself), so that the lock is
+// released after, never before, the last process of the command died.
+func superviseCommand(group commandGroup, signals <-chan os.Signal, held *client.Held, grace time.Duration, stderr io.Writer) error {
+	s := supervisor{group: group, name: held.Lease.Name, grace: grace, stderr: stderr}
 	s.watch(held.Lease.ValidUntil)
 	defer s.stopTimers()
 	events := held.Events()
 	for {
 		select {
 		case sig := <-signals:
-			signalGroup(cmd, sig.(syscall.Signal))
+			group.signal(sig.(syscall.Signal))
 		case e, ok := <-events:
 			if !ok {
 				events = nil
@@ -155,12 +183,13 @@ func superviseCommand(cmd *exec.Cmd, held *client.Held, grace time.Duration, std
 			}
 			s.event(e)
 		case <-s.killC():
-			signalGroup(cmd, syscall.SIGKILL)
+			group.signal(syscall.SIGKILL)
 		case <-s.watchdogC():
 			fmt.Fprintf(stderr, "sidelock exec: lock %q not renewed by its valid_until; killing the command\n", s.name)
 			s.lost = true
-			signalGroup(cmd, syscall.SIGKILL)
-		case err := <-exited:
+			group.signal(syscall.SIGKILL)
+		case err := <-group.exited:
+			sweepGroup(group.pgid)
 			if s.lost {
 				return exitWith(exitLockLost, "lock %q was lost while the command ran", s.name)
 			}
@@ -172,7 +201,7 @@ func superviseCommand(cmd *exec.Cmd, held *client.Held, grace time.Duration, std
 // supervisor is superviseCommand's state: the deadline the command must be
 // dead by, and the timers that enforce it.
 type supervisor struct {
-	cmd      *exec.Cmd
+	group    commandGroup
 	name     string
 	grace    time.Duration
 	stderr   io.Writer
@@ -220,7 +249,7 @@ func (s *supervisor) stop(e client.Event, valid time.Time) {
 	}
 	fmt.Fprintf(s.stderr, "sidelock exec: lock %q %s (%s); stopping the command, valid until %s\n",
 		s.name, what, why, valid.Format(time.RFC3339Nano))
-	signalGroup(s.cmd, syscall.SIGTERM)
+	s.group.signal(syscall.SIGTERM)
 	s.kill = time.NewTimer(min(s.grace, time.Until(valid.Add(-killLead))))
 }
 
@@ -244,11 +273,6 @@ func (s *supervisor) stopTimers() {
 			t.Stop()
 		}
 	}
-}
-
-// signalGroup signals the command's process group (see runExec).
-func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
-	_ = syscall.Kill(-cmd.Process.Pid, sig)
 }
 
 func lostReason(e client.Event) string {

@@ -49,6 +49,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "", "serve":
 	case "exec":
 		return runExec(ctx, fs.Args()[1:], getenv, stdout, stderr)
+	case execGuardCommand: // hidden: runs an exec's command (exec_guard.go)
+		return runExecGuard(fs.Args()[1:])
 	case "injector":
 		return runInjector(ctx, fs.Args()[1:], getenv, stdout, stderr)
 	default:

@@ -145,7 +145,7 @@ func (o Options) query(hold bool) url.Values {
 
 // do sends a request and turns a non-2xx answer into an *Error.
 func (c *Client) do(ctx context.Context, method, name string, q url.Values, token, idempotencyKey string) (*http.Response, error) {
-	u := c.base + "/locks/" + name
+	u := c.base + "/locks/" + lockPath(name)
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -171,6 +171,19 @@ func (c *Client) do(ctx context.Context, method, name string, q url.Values, toke
 		return nil, decodeError(res)
 	}
 	return res, nil
+}
+
+// lockPath escapes each '/'-separated segment of a lock name on its own:
+// '/' stays the separator that lock names use, and anything else that
+// means something in a URL ('#', '?', '%', a space) reaches the sidecar as
+// part of the name, which refuses it, instead of cutting the query off or
+// naming another lock.
+func lockPath(name string) string {
+	segments := strings.Split(name, "/")
+	for i, s := range segments {
+		segments[i] = url.PathEscape(s)
+	}
+	return strings.Join(segments, "/")
 }
 
 func decodeLease(res *http.Response) (Lease, error) {

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +29,7 @@ type Held struct {
 	events chan Event
 	cancel context.CancelFunc
 	done   chan struct{}
+	conn   net.Conn // the connection the lock is held over
 
 	mu   sync.Mutex
 	last Event // the final event, once the stream ended
@@ -38,13 +41,17 @@ type Held struct {
 func (c *Client) Hold(ctx context.Context, name string, opts Options) (*Held, error) {
 	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel) // until acquired, ctx bounds the wait
-	res, err := c.do(streamCtx, http.MethodPost, name, opts.query(true), "", opts.IdempotencyKey)
+	var conn net.Conn
+	traced := httptrace.WithClientTrace(streamCtx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) { conn = info.Conn },
+	})
+	res, err := c.do(traced, http.MethodPost, name, opts.query(true), "", opts.IdempotencyKey)
 	if err != nil {
 		stop()
 		cancel()
 		return nil, err
 	}
-	h := &Held{events: make(chan Event, 16), cancel: cancel, done: make(chan struct{})}
+	h := &Held{events: make(chan Event, 16), cancel: cancel, done: make(chan struct{}), conn: conn}
 	sc := bufio.NewScanner(res.Body)
 	kind, data, err := nextEvent(sc)
 	stop()
@@ -78,6 +85,13 @@ func (h *Held) End() Event {
 	defer h.mu.Unlock()
 	return h.last
 }
+
+// Conn is the connection the lock is held over. Never read or write it;
+// it is there so that a child process can inherit a duplicate of its
+// descriptor: the kernel closes the connection, and the sidecar releases
+// the lock, only once every copy is closed (sidelock exec keeps the lock
+// this way until its command is dead, even if exec itself is killed).
+func (h *Held) Conn() net.Conn { return h.conn }
 
 // Release closes the connection, which releases the lock, and waits for
 // the stream to end.

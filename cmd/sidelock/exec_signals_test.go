@@ -1,0 +1,163 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// groupScript is a command with a grandchild that ignores HUP, QUIT and
+// TERM, so that only a SIGKILL stops it, as a job that started a worker
+// which does not listen would. It writes "GRANDCHILD SHELL" to the pidfile
+// (%[1]s), through a rename, so that the file is never seen half written.
+const groupScript = `ulimit -c 0
+(trap '' HUP QUIT TERM; exec sleep 60) &
+echo "$! $$" > %[1]s.tmp && mv %[1]s.tmp %[1]s
+wait`
+
+// However `sidelock exec` ends — SIGKILL, or SIGHUP/SIGQUIT, which used to
+// end it at once — the lock goes to the next holder only after every
+// process of the command (the shell and the grandchild that ignores
+// signals) is dead. A waiter is queued before exec is signalled, so it is
+// granted the lock the moment the sidecar frees it, and it looks at the
+// command's processes at once.
+func TestE2EExecEndingNeverLeavesTheCommandRunningWithoutTheLock(t *testing.T) {
+	a := startSidecar(t, durableMasters(t, 3))
+	for _, tc := range []struct {
+		name string
+		sig  syscall.Signal
+		code int // exec's exit code; -1: exec itself was killed
+	}{
+		{"SIGKILL", syscall.SIGKILL, -1},
+		{"SIGHUP", syscall.SIGHUP, 128 + int(syscall.SIGHUP)},    // forwarded: the shell died of it
+		{"SIGQUIT", syscall.SIGQUIT, 128 + int(syscall.SIGQUIT)}, // forwarded: no goroutine dump, no orphan
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "jobs/signalled:" + strconv.Itoa(int(tc.sig))
+			c, out, pids := startGroupCommand(t, a, name)
+			granted := queueWaiter(t, a, name, pids)
+			if err := c.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			if code := exitCodeOf(t, c, 20*time.Second); code != tc.code {
+				t.Errorf("exec exited %d, want %d: %s", code, tc.code, out())
+			}
+			select {
+			case alive := <-granted:
+				if alive != "" {
+					t.Fatalf("the lock was granted again while the first command still ran: %s alive\nexec said: %s", alive, out())
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("the lock was not granted again within 20s: %s", out())
+			}
+		})
+	}
+}
+
+// startGroupCommand runs `sidelock exec NAME -- sh -c groupScript` and
+// waits until the command wrote its pids. Its output goes to a file, not
+// a pipe, so that waiting for exec does not wait for the processes it
+// left behind.
+func startGroupCommand(t *testing.T, s *sidecar, name string) (c *exec.Cmd, out func() string, pids []int) {
+	t.Helper()
+	dir := t.TempDir()
+	pidfile, outfile := filepath.Join(dir, "pids"), filepath.Join(dir, "out")
+	f, err := os.Create(outfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c = exec.Command(os.Args[0], "exec", name, "--", "sh", "-c", fmt.Sprintf(groupScript, pidfile))
+	c.Env = append(os.Environ(), childEnv+"=1", "SIDELOCK_ADDR="+s.api)
+	c.Stdout, c.Stderr = f, f
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill() })
+	eventually(t, 10*time.Second, "the command wrote its pids", func() bool {
+		raw, err := os.ReadFile(pidfile)
+		if err != nil {
+			return false
+		}
+		pids = parsePids(t, raw)
+		return true
+	})
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	out = func() string {
+		raw, _ := os.ReadFile(outfile)
+		return string(raw)
+	}
+	return c, out, pids
+}
+
+func parsePids(t *testing.T, raw []byte) []int {
+	t.Helper()
+	var pids []int
+	for _, field := range strings.Fields(string(raw)) {
+		pid, err := strconv.Atoi(field)
+		if err != nil {
+			t.Fatalf("pidfile %q", raw)
+		}
+		pids = append(pids, pid)
+	}
+	if len(pids) != 2 {
+		t.Fatalf("pidfile %q", raw)
+	}
+	return pids
+}
+
+// queueWaiter queues an acquisition of name on the sidecar and waits until
+// it waits. Once granted, it reports which of pids are still running ("":
+// none), or why it was not granted.
+func queueWaiter(t *testing.T, s *sidecar, name string, pids []int) <-chan string {
+	t.Helper()
+	waiters := metricValue(t, s, "sidelock_waiters")
+	granted := make(chan string, 1)
+	go func() {
+		res, err := http.Post(s.api+"/locks/"+name+"?wait=30s&ttl=5s", "", nil)
+		if err != nil {
+			granted <- err.Error()
+			return
+		}
+		res.Body.Close()
+		alive := stillRunning(pids)
+		if res.StatusCode != http.StatusOK {
+			alive = fmt.Sprintf("(no grant: %d)", res.StatusCode)
+		}
+		granted <- alive
+	}()
+	eventually(t, 10*time.Second, "the waiter is queued", func() bool {
+		return metricValue(t, s, "sidelock_waiters") > waiters
+	})
+	return granted
+}
+
+// stillRunning lists the pids that are neither gone nor zombies.
+func stillRunning(pids []int) string {
+	var running []string
+	for _, pid := range pids {
+		raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue // gone
+		}
+		// "pid (comm) state ...": the state follows the last ')'.
+		if rest := raw[bytes.LastIndexByte(raw, ')')+1:]; !bytes.HasPrefix(bytes.TrimSpace(rest), []byte("Z")) {
+			running = append(running, "pid "+strconv.Itoa(pid))
+		}
+	}
+	return strings.Join(running, ", ")
+}
