@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
@@ -18,39 +17,41 @@ import (
 
 // config is every setting, read from SIDELOCK_* environment variables.
 type config struct {
-	Dev              bool          `envconfig:"DEV" desc:"run with 3 in-memory masters; nothing to install"`
-	ListenAddr       string        `envconfig:"LISTEN_ADDR" default:"127.0.0.1:7420" desc:"lock API address; loopback unless SIDELOCK_API_TOKEN is set"`
-	APIToken         string        `envconfig:"API_TOKEN" desc:"bearer token every lock API request must carry (Authorization: Bearer ...); required to listen beyond loopback"`
-	AdminAddr        string        `envconfig:"ADMIN_ADDR" default:":7421" desc:"healthz, readyz and metrics address"`
-	RedisAddrs       []string      `envconfig:"REDIS_ADDRS" desc:"comma-separated host:port of N independent Redis masters"`
-	RedisGroups      string        `envconfig:"REDIS_GROUPS" desc:"instead of SIDELOCK_REDIS_ADDRS: quorum groups of independent masters, \"a1:6379,a2:6379,a3:6379;b1:6379,b2:6379,b3:6379\", optionally named \"east=a1:6379,...\"; each lock name lives in one group (rendezvous hashing)"`
-	RedisGroupsPrev  string        `envconfig:"REDIS_GROUPS_PREVIOUS" desc:"during a change of the group list: the list before the change; names that move are held in both groups (see docs/scale.md, migration rule)"`
-	ReadyPolicy      string        `envconfig:"READY_POLICY" default:"all" desc:"with several groups, /readyz is 200 while all groups (all) or at least one group (any) has a quorum"`
-	RedisUsername    string        `envconfig:"REDIS_USERNAME" desc:"Redis ACL user"`
-	RedisPassword    string        `envconfig:"REDIS_PASSWORD" desc:"Redis password"`
-	RedisTLS         bool          `envconfig:"REDIS_TLS" desc:"connect to the masters over TLS"`
-	RedisTLSCAFile   string        `envconfig:"REDIS_TLS_CA_FILE" desc:"PEM CA bundle that signs the masters' certificates (default: system roots)"`
-	RedisTLSCert     string        `envconfig:"REDIS_TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS"`
-	RedisTLSKey      string        `envconfig:"REDIS_TLS_KEY_FILE" desc:"PEM client key for mutual TLS"`
-	RedisMaxConns    int           `envconfig:"REDIS_MAX_CONNS" default:"2" desc:"command connections to each master, shared by every caller of the pod (2..64): one for pings and lone calls, the others for pipelines of coalesced calls; the Pub/Sub connection for waiters comes on top"`
-	KeyPrefix        string        `envconfig:"KEY_PREFIX" default:"sidelock:" desc:"namespace of the keys on the masters"`
-	NodeTimeout      time.Duration `envconfig:"NODE_TIMEOUT" default:"50ms" desc:"bound on each call to one master"`
-	DriftFactor      float64       `envconfig:"DRIFT_FACTOR" default:"0.01" desc:"clock drift allowance, as a share of the key ttl"`
-	DefaultTTL       time.Duration `envconfig:"DEFAULT_TTL" default:"30s" desc:"caller lease when none is asked for"`
-	MaxTTL           time.Duration `envconfig:"MAX_TTL" default:"1h" desc:"longest caller lease"`
-	KeyTTL           time.Duration `envconfig:"KEY_TTL" default:"10s" desc:"ttl of the keys on the masters, renewed every third of it"`
-	MaxWait          time.Duration `envconfig:"MAX_WAIT" default:"5m" desc:"longest wait for a held lock"`
-	NoQuorumRetry    time.Duration `envconfig:"NO_QUORUM_RETRY" default:"250ms" desc:"how long a try-once acquire retries rounds that found no quorum (a slow master, one being judged again) before answering 503 (0..5s; a waiting acquire retries until its wait ends)"`
-	MaxHold          time.Duration `envconfig:"MAX_HOLD" default:"24h" desc:"cap on any lease's whole life, heartbeats or held connection alike (0: none)"`
-	MaxLocks         int           `envconfig:"MAX_LOCKS" default:"10000" desc:"most leases held through this sidecar at once; beyond, acquire answers 429 too_many_locks"`
-	MaxWaiters       int           `envconfig:"MAX_WAITERS" default:"10000" desc:"most callers waiting on this sidecar at once; beyond, a waiting acquire answers 429 too_many_waiters"`
-	Fencing          bool          `envconfig:"FENCING" default:"true" desc:"give every grant a fencing token (one more round to the masters on acquire)"`
-	FenceRetention   time.Duration `envconfig:"FENCE_RETENTION" default:"1h" desc:"how long a lock's fence counter outlives its last grant on a master"`
-	HealthInterval   time.Duration `envconfig:"HEALTH_INTERVAL" default:"1s" desc:"how often the masters are pinged for /readyz"`
-	HealthInfoMaxAge time.Duration `envconfig:"HEALTH_INFO_MAX_AGE" default:"10s" desc:"longest a master's server info (run id, role, persistence) is trusted while no connection to it was reopened; rounds within it only ping (0: read it every round)"`
-	ShutdownTimeout  time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"5s" desc:"bound on ending held leases (their keys are left to lapse at the valid_until promised) and closing the listeners at shutdown"`
-	LogFormat        string        `envconfig:"LOG_FORMAT" default:"text" desc:"text (coloured, for humans) or json"`
-	LogLevel         string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	Dev               bool          `envconfig:"DEV" desc:"run with 3 in-memory masters; nothing to install"`
+	ListenAddr        string        `envconfig:"LISTEN_ADDR" default:"127.0.0.1:7420" desc:"lock API address; loopback unless SIDELOCK_API_TOKEN is set"`
+	APIToken          string        `envconfig:"API_TOKEN" desc:"bearer token every lock API request must carry (Authorization: Bearer ...); required to listen beyond loopback"`
+	AdminAddr         string        `envconfig:"ADMIN_ADDR" default:":7421" desc:"healthz, readyz and metrics address"`
+	RedisAddrs        []string      `envconfig:"REDIS_ADDRS" desc:"comma-separated N independent Redis masters, each host:port or redis://[user[:password]@]host:port (rediss:// with SIDELOCK_REDIS_TLS); a URL's credentials are used for that master only and never shown (percent-encode , ; @ : / ? # in them)"`
+	RedisGroups       string        `envconfig:"REDIS_GROUPS" desc:"instead of SIDELOCK_REDIS_ADDRS: quorum groups of independent masters, \"a1:6379,a2:6379,a3:6379;b1:6379,b2:6379,b3:6379\", optionally named \"east=a1:6379,...\", each master host:port or a redis:// URL as in SIDELOCK_REDIS_ADDRS; each lock name lives in one group (rendezvous hashing)"`
+	RedisGroupsPrev   string        `envconfig:"REDIS_GROUPS_PREVIOUS" desc:"during a change of the group list: the list before the change; names that move are held in both groups (see docs/scale.md, migration rule)"`
+	ReadyPolicy       string        `envconfig:"READY_POLICY" default:"all" desc:"with several groups, /readyz is 200 while all groups (all) or at least one group (any) has a quorum"`
+	RedisUsername     string        `envconfig:"REDIS_USERNAME" desc:"Redis ACL user of the masters listed as host:port (not with credentials in redis:// URLs)"`
+	RedisPassword     string        `envconfig:"REDIS_PASSWORD" desc:"Redis password of the masters listed as host:port (not with credentials in redis:// URLs)"`
+	RedisTLS          bool          `envconfig:"REDIS_TLS" desc:"connect to the masters over TLS"`
+	RedisTLSCAFile    string        `envconfig:"REDIS_TLS_CA_FILE" desc:"PEM CA bundle that signs the masters' certificates (default: system roots)"`
+	RedisTLSCert      string        `envconfig:"REDIS_TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS"`
+	RedisTLSKey       string        `envconfig:"REDIS_TLS_KEY_FILE" desc:"PEM client key for mutual TLS"`
+	RedisMaxConns     int           `envconfig:"REDIS_MAX_CONNS" default:"2" desc:"command connections to each master, shared by every caller of the pod (2..64): one for pings and lone calls, the others for pipelines of coalesced calls; the Pub/Sub connection for waiters comes on top"`
+	KeyPrefix         string        `envconfig:"KEY_PREFIX" default:"sidelock:" desc:"namespace of the keys on the masters"`
+	NodeTimeout       time.Duration `envconfig:"NODE_TIMEOUT" default:"50ms" desc:"bound on each call to one master"`
+	DriftFactor       float64       `envconfig:"DRIFT_FACTOR" default:"0.01" desc:"clock drift allowance, as a share of the key ttl"`
+	DefaultTTL        time.Duration `envconfig:"DEFAULT_TTL" default:"30s" desc:"caller lease when none is asked for"`
+	MaxTTL            time.Duration `envconfig:"MAX_TTL" default:"1h" desc:"longest caller lease"`
+	KeyTTL            time.Duration `envconfig:"KEY_TTL" default:"10s" desc:"ttl of the keys on the masters, renewed every third of it"`
+	MaxWait           time.Duration `envconfig:"MAX_WAIT" default:"5m" desc:"longest wait for a held lock"`
+	NoQuorumRetry     time.Duration `envconfig:"NO_QUORUM_RETRY" default:"250ms" desc:"how long a try-once acquire retries rounds that found no quorum (a slow master, one being judged again) before answering 503 (0..5s; a waiting acquire retries until its wait ends)"`
+	MaxHold           time.Duration `envconfig:"MAX_HOLD" default:"24h" desc:"cap on any lease's whole life, heartbeats or held connection alike (0: none)"`
+	MaxLocks          int           `envconfig:"MAX_LOCKS" default:"10000" desc:"most leases held through this sidecar at once; beyond, acquire answers 429 too_many_locks"`
+	MaxWaiters        int           `envconfig:"MAX_WAITERS" default:"10000" desc:"most callers waiting on this sidecar at once; beyond, a waiting acquire answers 429 too_many_waiters"`
+	MaxWaitersPerName int           `envconfig:"MAX_WAITERS_PER_NAME" default:"0" desc:"most callers waiting for one lock name at once, so one hot name cannot take every waiting slot (0: a quarter of SIDELOCK_MAX_WAITERS); beyond, 429 too_many_waiters"`
+	MaxConns          int           `envconfig:"MAX_CONNS" default:"1024" desc:"most lock API connections open at once (every waiter and held stream is one); at the cap a connection that never sent a request or an idle keep-alive one is closed to make room, else the newcomer gets 429 overloaded; must fit RLIMIT_NOFILE after a reserve for the masters and the admin listener"`
+	Fencing           bool          `envconfig:"FENCING" default:"true" desc:"give every grant a fencing token (one more round to the masters on acquire)"`
+	FenceRetention    time.Duration `envconfig:"FENCE_RETENTION" default:"1h" desc:"how long a lock's fence counter outlives its last grant on a master"`
+	HealthInterval    time.Duration `envconfig:"HEALTH_INTERVAL" default:"1s" desc:"how often the masters are pinged for /readyz"`
+	HealthInfoMaxAge  time.Duration `envconfig:"HEALTH_INFO_MAX_AGE" default:"10s" desc:"longest a master's server info (run id, role, persistence) is trusted while no connection to it was reopened; rounds within it only ping (0: read it every round)"`
+	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"5s" desc:"bound on ending held leases (their keys are left to lapse at the valid_until promised) and closing the listeners at shutdown"`
+	LogFormat         string        `envconfig:"LOG_FORMAT" default:"text" desc:"text (coloured, for humans) or json"`
+	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 
 	// The safety guards (package health) run in every health round.
 	MastersPersistent bool          `envconfig:"MASTERS_PERSISTENT" default:"false" desc:"declare every master runs appendonly with appendfsync always, so a restarted master keeps its keys and needs no probation"`
@@ -94,14 +95,8 @@ func (c config) validate() error {
 	case !c.Dev && len(c.RedisAddrs) == 0 && c.RedisGroups == "":
 		bad("SIDELOCK_REDIS_ADDRS is empty: list the Redis masters (host:port,...), or run with -dev")
 	}
-	for _, a := range c.RedisAddrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			bad("SIDELOCK_REDIS_ADDRS: %q is not host:port", a)
-		}
-	}
-	if dup := firstDuplicate(c.RedisAddrs); dup != "" {
-		bad("SIDELOCK_REDIS_ADDRS lists %q twice: masters must be independent", dup)
-	}
+	// The masters' entries, in SIDELOCK_REDIS_ADDRS too, are checked by
+	// validateGroups (parseMasters), which never quotes one.
 	errs = append(errs, c.validateGroups()...)
 	if err := c.checkListenAddr(); err != nil {
 		bad("SIDELOCK_LISTEN_ADDR: %v", err)
@@ -121,6 +116,9 @@ func (c config) validate() error {
 	}
 	if c.MaxWaiters < 1 {
 		bad("SIDELOCK_MAX_WAITERS %d must be at least 1 (use wait=0 to never wait)", c.MaxWaiters)
+	}
+	if c.MaxWaitersPerName < 0 || c.MaxWaitersPerName > c.MaxWaiters {
+		bad("SIDELOCK_MAX_WAITERS_PER_NAME %d must be within [0, SIDELOCK_MAX_WAITERS %d] (0: a quarter of it)", c.MaxWaitersPerName, c.MaxWaiters)
 	}
 	if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
 		bad("SIDELOCK_ADMIN_ADDR: %q is not host:port", c.AdminAddr)
@@ -246,18 +244,6 @@ func checkAPIToken(token string) error {
 		}
 	}
 	return nil
-}
-
-func firstDuplicate(addrs []string) string {
-	seen := make(map[string]bool, len(addrs))
-	for _, a := range addrs {
-		key := strings.ToLower(strings.TrimSpace(a))
-		if seen[key] {
-			return a
-		}
-		seen[key] = true
-	}
-	return ""
 }
 
 // tlsConfig builds the client TLS settings for the masters, verifying their

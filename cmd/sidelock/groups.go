@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,16 +15,21 @@ import (
 
 // groupSpec is one quorum group as configured: a name and its masters.
 type groupSpec struct {
-	Name  string
-	Addrs []string
+	Name    string
+	Masters []masterAddr
 }
+
+// addrs are the group's masters by host:port, the only name they go by.
+func (g groupSpec) addrs() []string { return hostPorts(g.Masters) }
 
 var groupNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 // parseGroups reads "a1:6379,a2:6379,a3:6379;b1:6379,..." where a group may
-// be named "east=a1:6379,...". An unnamed group is named after its masters
-// (sorted and joined with commas), so reordering them moves no lock names;
-// naming groups lets a master be replaced without moving any.
+// be named "east=a1:6379,..." and a master may be a redis:// URL (see
+// parseMaster). An unnamed group is named after its masters' host:port
+// (sorted and joined with commas), so reordering them, or moving their
+// credentials into URLs, moves no lock names; naming groups lets a master
+// be replaced without moving any.
 func parseGroups(s string) ([]groupSpec, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
@@ -48,24 +52,33 @@ func parseGroups(s string) ([]groupSpec, error) {
 
 func parseGroup(s string) (groupSpec, error) {
 	var g groupSpec
-	if name, addrs, named := strings.Cut(s, "="); named {
+	if name, masters, named := cutGroupName(s); named {
 		g.Name = strings.TrimSpace(name)
 		if !groupNamePattern.MatchString(g.Name) {
-			return g, fmt.Errorf("name %q: use 1-64 letters, digits, '_', '.' or '-'", g.Name)
+			// Not quoted: a mistyped master may have put its password here.
+			return g, errors.New("the text before '=' is not a group name: use 1-64 letters, digits, '_', '.' or '-'")
 		}
-		s = addrs
+		s = masters
 	}
-	for _, a := range strings.Split(s, ",") {
-		a = strings.TrimSpace(a)
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return g, fmt.Errorf("%q is not host:port", a)
-		}
-		g.Addrs = append(g.Addrs, a)
+	masters, err := parseMasters(strings.Split(s, ","))
+	if err != nil {
+		return g, err
 	}
+	g.Masters = masters
 	if g.Name == "" {
-		g.Name = defaultGroupName(g.Addrs)
+		g.Name = defaultGroupName(g.addrs())
 	}
 	return g, nil
+}
+
+// cutGroupName splits "name=masters". An '=' after a "://" belongs to a
+// URL's password, so a group whose first master is such a URL is unnamed.
+func cutGroupName(s string) (name, masters string, named bool) {
+	name, masters, named = strings.Cut(s, "=")
+	if !named || strings.Contains(name, "://") {
+		return "", s, false
+	}
+	return name, masters, true
 }
 
 func defaultGroupName(addrs []string) string {
@@ -85,11 +98,12 @@ func checkGroupSpecs(groups []groupSpec) error {
 			errs = append(errs, fmt.Errorf("two groups are named %q", g.Name))
 		}
 		names[g.Name] = true
-		for _, a := range g.Addrs {
-			if o, ok := owner[a]; ok {
+		for _, a := range g.addrs() {
+			key := strings.ToLower(a) // host names are case-insensitive
+			if o, ok := owner[key]; ok {
 				errs = append(errs, fmt.Errorf("master %q is listed twice (groups %q and %q): masters must be independent", a, o, g.Name))
 			}
-			owner[a] = g.Name
+			owner[key] = g.Name
 		}
 	}
 	return errors.Join(errs...)
@@ -104,15 +118,15 @@ func checkMigration(current, previous []groupSpec) error {
 	owner := map[string]string{}
 	for _, g := range current {
 		byName[g.Name] = g
-		for _, a := range g.Addrs {
+		for _, a := range g.addrs() {
 			owner[a] = g.Name
 		}
 	}
 	for _, p := range previous {
-		if c, ok := byName[p.Name]; ok && defaultGroupName(c.Addrs) != defaultGroupName(p.Addrs) {
+		if c, ok := byName[p.Name]; ok && defaultGroupName(c.addrs()) != defaultGroupName(p.addrs()) {
 			errs = append(errs, fmt.Errorf("group %q has different masters in the two lists", p.Name))
 		}
-		for _, a := range p.Addrs {
+		for _, a := range p.addrs() {
 			if o, ok := owner[a]; ok && o != p.Name {
 				errs = append(errs, fmt.Errorf("master %q is in group %q now and in group %q before", a, o, p.Name))
 			}
@@ -142,11 +156,11 @@ func (c config) groups() (current, previous []groupSpec, err error) {
 		return nil, nil, fmt.Errorf("SIDELOCK_REDIS_GROUPS: %w", err)
 	}
 	if len(current) == 0 {
-		addrs := make([]string, len(c.RedisAddrs))
-		for i, a := range c.RedisAddrs {
-			addrs[i] = strings.TrimSpace(a)
+		masters, err := parseMasters(c.RedisAddrs)
+		if err != nil {
+			return nil, nil, fmt.Errorf("SIDELOCK_REDIS_ADDRS: %w", err)
 		}
-		current = []groupSpec{{Name: defaultGroupName(addrs), Addrs: addrs}}
+		current = []groupSpec{{Name: defaultGroupName(hostPorts(masters)), Masters: masters}}
 	}
 	previous, err = parseGroups(c.RedisGroupsPrev)
 	if err != nil {
@@ -166,16 +180,23 @@ func (c config) validateGroups() []error {
 	if c.Dev {
 		return errs
 	}
-	if _, _, err := c.groups(); err != nil {
-		errs = append(errs, err)
+	current, previous, err := c.groups()
+	if err != nil {
+		return append(errs, err)
 	}
-	return errs
+	// Every entry written is checked, even a previous group's that the
+	// current group of its name stands in for.
+	var masters []masterAddr
+	for _, g := range slices.Concat(current, previous) {
+		masters = append(masters, g.Masters...)
+	}
+	return append(errs, c.checkMasterSettings(masters)...)
 }
 
 // quorumGroup is a group's masters and the Locker over them.
 type quorumGroup struct {
 	name   string
-	addrs  []string // as configured (the nodes' names in dev mode)
+	addrs  []string // host:port (the nodes' names in dev mode)
 	nodes  []redlock.Node
 	locker *redlock.Locker
 }
@@ -188,11 +209,11 @@ func buildGroups(cfg config, specs []groupSpec) ([]quorumGroup, error) {
 	}
 	groups := make([]quorumGroup, 0, len(specs))
 	for _, spec := range specs {
-		nodes, err := buildNodes(cfg, spec.Addrs)
+		nodes, err := buildNodes(cfg, spec.Masters)
 		if err != nil {
 			return groups, err
 		}
-		addrs := spec.Addrs
+		addrs := spec.addrs()
 		if cfg.Dev {
 			addrs = nil
 			for _, n := range nodes {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -10,7 +11,7 @@ func TestParseGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].Name != "east" || strings.Join(got[0].Addrs, " ") != "a1:6379 a2:6379 a3:6379" {
+	if len(got) != 2 || got[0].Name != "east" || strings.Join(got[0].addrs(), " ") != "a1:6379 a2:6379 a3:6379" {
 		t.Fatalf("first group: %+v", got)
 	}
 	if got[1].Name != "b1:6379,b2:6379,b3:6379" {
@@ -76,5 +77,51 @@ func TestConfigValidatesGroups(t *testing.T) {
 	cfg.RedisAddrs, cfg.RedisGroups, cfg.RedisGroupsPrev = nil, "a=a1:1,a2:1,a3:1;b=b1:1,b2:1,b3:1", "a=a1:1,a2:1,a3:1"
 	if err := cfg.validate(); err != nil {
 		t.Errorf("a valid migration from one group to two: %v", err)
+	}
+}
+
+// Masters may be redis:// URLs in groups too: a group is named after its
+// masters' host:port, and an '=' in a URL's password does not make the
+// text before it a group name.
+func TestParseGroupsTakesURLs(t *testing.T) {
+	const secret = "grp-S3cr3t"
+	got, err := parseGroups("east=redis://:" + secret + "@a1:6379,redis://u:" + secret + "@a2:6379,a3:6379;" +
+		"redis://:x=" + secret + "@b1:1,b2:1,redis://b3:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name != "east" || strings.Join(got[0].addrs(), " ") != "a1:6379 a2:6379 a3:6379" {
+		t.Fatalf("first group: %v", got)
+	}
+	if got[1].Name != "b1:1,b2:1,b3:1" {
+		t.Errorf("unnamed group of URLs is named %q, want its masters' host:port", got[1].Name)
+	}
+	if _, pw := got[1].Masters[0].credentials(config{}); pw != "x="+secret {
+		t.Errorf("password with '=' parsed as %q", pw)
+	}
+	if s := fmt.Sprintf("%v %+v %#v", got, got, got); strings.Contains(s, secret) {
+		t.Errorf("printing the groups shows the password: %s", s)
+	}
+}
+
+// A bad entry or name in a group list is refused without being quoted.
+func TestParseGroupsNeverQuotesABadEntry(t *testing.T) {
+	const secret = "grp-S3cr3t"
+	for _, in := range []string{
+		"a1:1,a2:1;" + secret + "@b1:1,b2:1",
+		"east=a1:1," + secret + "@a2:1",
+		":" + secret + "=x@a1:1,a2:1", // a password, without its scheme, before an '='
+		"redis://:" + secret + "@a1:1/2,a2:1",
+		"redis://:" + secret + "@a1:1?db=0",
+		"a1:1;redis://:" + secret + "@a1:1", // listed twice
+	} {
+		_, err := parseGroups(in)
+		if err == nil {
+			t.Errorf("%q accepted", in)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("%q: the error quotes the password: %v", in, err)
+		}
 	}
 }

@@ -122,7 +122,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	}
 	leases, err = lease.NewManager(locker, lease.Config{
 		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
-		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold, MaxLocks: cfg.MaxLocks, MaxWaiters: cfg.MaxWaiters,
+		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold, MaxLocks: cfg.MaxLocks, MaxWaiters: cfg.MaxWaiters, MaxWaitersPerName: cfg.MaxWaitersPerName,
 		NoQuorumRetry: cfg.NoQuorumRetry, QuorumUp: func() bool { return checker.Report().Ready }, Observer: m, Logger: log,
 	})
 	if err != nil {
@@ -138,7 +138,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 		apiLn.Close()
 		return fmt.Errorf("admin listener: %w", err)
 	}
-	api := newHTTPServer(httpapi.RequireToken(cfg.APIToken, log)(httpapi.NewServer(log, leases, m)), log)
+	api := newHTTPServer(httpapi.NewServer(log, leases, m, httpapi.WithAPIToken(cfg.APIToken)), log)
 	admin := newHTTPServer(httpapi.NewAdminServer(log, checker, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), log)
 
 	checkCtx, stopChecks := context.WithCancel(context.WithoutCancel(ctx))
@@ -191,8 +191,10 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-// buildNodes connects to the masters at addrs (in-memory ones in dev mode).
-func buildNodes(cfg config, addrs []string) ([]redlock.Node, error) {
+// buildNodes connects to the masters (in-memory ones in dev mode). A node
+// is given the master's host:port alone, as that is what it shows in
+// health reports and metric labels; its credentials go to AUTH only.
+func buildNodes(cfg config, masters []masterAddr) ([]redlock.Node, error) {
 	if cfg.Dev {
 		nodes := make([]redlock.Node, devMasters)
 		for i := range nodes {
@@ -204,10 +206,11 @@ func buildNodes(cfg config, addrs []string) ([]redlock.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	nodes := make([]redlock.Node, len(addrs))
-	for i, addr := range addrs {
+	nodes := make([]redlock.Node, len(masters))
+	for i, m := range masters {
+		username, password := m.credentials(cfg)
 		nodes[i] = redisnode.New(redisnode.Options{
-			Addr: strings.TrimSpace(addr), Username: cfg.RedisUsername, Password: cfg.RedisPassword, TLS: tlsCfg,
+			Addr: m.hostPort, Username: username, Password: password, TLS: tlsCfg,
 			MaxConns: cfg.RedisMaxConns,
 		})
 	}
