@@ -122,3 +122,63 @@ func freeAddr(b *testing.B) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// BenchmarkSidecarRSSAtChartCaps runs the binary at the chart's caps (its
+// defaults are the chart's: test/deploy checks they agree) filled to the
+// worst case the formula in values.yaml covers — every connection a held
+// lock's stream, the rest of SIDELOCK_MAX_LOCKS heartbeat leases — and
+// fails if its resident memory reaches the chart's memory limit.
+func BenchmarkSidecarRSSAtChartCaps(b *testing.B) {
+	caps := chartSidecarCaps(b)
+	bin := sidecarBinary(b)
+	masters := durableMasterAddrs(b)
+	var idleMB, fullMB float64
+	for b.Loop() {
+		s := startBinary(b, bin, masters)
+		settle()
+		idleMB = s.sample(b).rssKB / 1024
+		streams := caps["maxConns"] - 8 // a few places for the heartbeat callers and the scrape
+		holdMany(b, "http://"+s.api, caps["maxLocks"]-streams)
+		for i := range streams {
+			connKinds["held"](b, s.api, i)
+		}
+		settle()
+		fullMB = s.sample(b).rssKB / 1024
+		b.Logf("chart caps %v: idle %.1f MB, %d held streams + %d heartbeat leases %.1f MB, limit %d MiB",
+			caps, idleMB, streams, caps["maxLocks"]-streams, fullMB, caps["limitMi"])
+		if fullMB >= float64(caps["limitMi"]) {
+			b.Errorf("RSS %.1f MB at the chart's caps reaches its %d MiB limit", fullMB, caps["limitMi"])
+		}
+	}
+	b.ReportMetric(idleMB, "idle-RSS-MB")
+	b.ReportMetric(fullMB, "at-caps-RSS-MB")
+	b.ReportMetric(float64(caps["limitMi"]), "limit-MiB")
+}
+
+// chartSidecarCaps reads maxConns, maxLocks and the sidecar's memory
+// limit (limitMi) from the chart's values.yaml (this module has no YAML
+// parser; the lines are the chart's own, in a fixed shape).
+func chartSidecarCaps(b *testing.B) map[string]int {
+	raw, err := os.ReadFile("../charts/sidelock/values.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := string(raw)
+	caps := map[string]int{}
+	for _, key := range []string{"maxConns", "maxLocks"} {
+		_, rest, ok := strings.Cut(text, "\n    "+key+": ")
+		n, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))
+		if !ok || err != nil {
+			b.Fatalf("no sidecar.config.%s in values.yaml", key)
+		}
+		caps[key] = n
+	}
+	_, rest, _ := strings.Cut(text, "\n  resources:\n    requests:")
+	_, rest, _ = strings.Cut(rest, "limits:\n      memory: ")
+	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]), "Mi"))
+	if err != nil {
+		b.Fatalf("no sidecar.resources.limits.memory in Mi in values.yaml: %v", err)
+	}
+	caps["limitMi"] = n
+	return caps
+}

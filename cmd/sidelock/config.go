@@ -41,10 +41,10 @@ type config struct {
 	MaxWait           time.Duration `envconfig:"MAX_WAIT" default:"5m" desc:"longest wait for a held lock"`
 	NoQuorumRetry     time.Duration `envconfig:"NO_QUORUM_RETRY" default:"250ms" desc:"how long a try-once acquire retries rounds that found no quorum (a slow master, one being judged again) before answering 503 (0..5s; a waiting acquire retries until its wait ends)"`
 	MaxHold           time.Duration `envconfig:"MAX_HOLD" default:"24h" desc:"cap on any lease's whole life, heartbeats or held connection alike (0: none)"`
-	MaxLocks          int           `envconfig:"MAX_LOCKS" default:"10000" desc:"most leases held through this sidecar at once; beyond, acquire answers 429 too_many_locks"`
-	MaxWaiters        int           `envconfig:"MAX_WAITERS" default:"10000" desc:"most callers waiting on this sidecar at once; beyond, a waiting acquire answers 429 too_many_waiters"`
+	MaxLocks          int           `envconfig:"MAX_LOCKS" default:"4096" desc:"most leases held through this sidecar at once; beyond, acquire answers 429 too_many_locks"`
+	MaxWaiters        int           `envconfig:"MAX_WAITERS" default:"1024" desc:"most callers waiting on this sidecar at once; beyond, a waiting acquire answers 429 too_many_waiters"`
 	MaxWaitersPerName int           `envconfig:"MAX_WAITERS_PER_NAME" default:"0" desc:"most callers waiting for one lock name at once, so one hot name cannot take every waiting slot (0: a quarter of SIDELOCK_MAX_WAITERS); beyond, 429 too_many_waiters"`
-	MaxConns          int           `envconfig:"MAX_CONNS" default:"1024" desc:"most lock API connections open at once (every waiter and held stream is one); at the cap a connection that never sent a request or an idle keep-alive one is closed to make room, else the newcomer gets 429 overloaded; must fit RLIMIT_NOFILE after a reserve for the masters and the admin listener"`
+	MaxConns          int           `envconfig:"MAX_CONNS" default:"1024" desc:"most lock API connections open at once (every waiter and held stream is one, so it bounds them too); at the cap a connection that never sent a request or an idle keep-alive one is closed to make room, else the newcomer gets 429 overloaded; must fit RLIMIT_NOFILE after a reserve for the masters and the admin listener"`
 	Fencing           bool          `envconfig:"FENCING" default:"true" desc:"give every grant a fencing token (one more round to the masters on acquire)"`
 	FenceRetention    time.Duration `envconfig:"FENCE_RETENTION" default:"1h" desc:"how long a lock's fence counter outlives its last grant on a master"`
 	HealthInterval    time.Duration `envconfig:"HEALTH_INTERVAL" default:"1s" desc:"how often the masters are pinged for /readyz"`

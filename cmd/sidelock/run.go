@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -82,6 +81,9 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	if err != nil {
 		return err
 	}
+	if err := checkConnBudget(cfg.MaxConns, cfg.RedisMaxConns, countMasters(cfg, unionGroups(current, previous)), openFileLimit()); err != nil {
+		return err
+	}
 	groups, err := buildGroups(cfg, unionGroups(current, previous))
 	defer closeGroups(groups)
 	if err != nil {
@@ -129,17 +131,13 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 		return err
 	}
 
-	apiLn, err := net.Listen("tcp", cfg.ListenAddr)
+	apiLn, adminLn, err := listen(cfg, reg)
 	if err != nil {
-		return fmt.Errorf("lock API: %w", err)
-	}
-	adminLn, err := net.Listen("tcp", cfg.AdminAddr)
-	if err != nil {
-		apiLn.Close()
-		return fmt.Errorf("admin listener: %w", err)
+		return err
 	}
 	api := newHTTPServer(httpapi.NewServer(log, leases, m, httpapi.WithAPIToken(cfg.APIToken)), log)
 	admin := newHTTPServer(httpapi.NewAdminServer(log, checker, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), log)
+	api.ConnState, admin.ConnState = apiLn.ConnState, adminLn.ConnState // the caps shed only idle connections
 
 	checkCtx, stopChecks := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopChecks()
@@ -180,12 +178,17 @@ func shutdown(cfg config, log *slog.Logger, leases *lease.Manager, servers ...*h
 	return err
 }
 
+// newHTTPServer applies the timeouts both listeners share. Clients are on
+// loopback, where a request's headers take microseconds: a connection
+// that has not sent them within ReadHeaderTimeout, or sits idle past
+// IdleTimeout, only holds a descriptor, buffers and a goroutine (and a
+// place under SIDELOCK_MAX_CONNS), and reconnecting costs a client ~50µs.
 func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: 2 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       30 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sidelock/sidelock/internal/connlimit"
+	"github.com/sidelock/sidelock/pkg/metrics"
+)
+
+// The descriptor budget. The lock API's connections (SIDELOCK_MAX_CONNS)
+// get what RLIMIT_NOFILE leaves after everything else the process must
+// always be able to open, so that a flood of lock API connections can
+// never starve the masters' connections or the admin listener (whose
+// /healthz failing would make the kubelet restart the sidecar and drop
+// every lock).
+const (
+	// adminMaxConns caps the admin listener: the kubelet's probes (a
+	// connection each) and a few scrapers. Idle and silent connections
+	// are shed first, so a scraper keeping one alive never blocks a probe.
+	adminMaxConns = 32
+	// maxLingering bounds, per listener, the refused connections held
+	// open while their 429 answer drains (connlimit.Config.MaxLingering).
+	maxLingering = 32
+	// lingerTimeout bounds how long one refused connection is held.
+	lingerTimeout = 500 * time.Millisecond
+	// fdFixed: stdin/out/err, the two listeners, the runtime's epoll and
+	// wake-up descriptors, the process collector's /proc reads and TLS
+	// files read at start-up, with room to spare.
+	fdFixed = 16
+	// fdPerMasterExtra: besides SIDELOCK_REDIS_MAX_CONNS command
+	// connections, the Pub/Sub connection and one redial in flight.
+	fdPerMasterExtra = 2
+	// fdSlack covers what is not counted above (a second redial, a
+	// connection the kernel has not finished closing).
+	fdSlack = 64
+	// Bounds of SIDELOCK_MAX_CONNS before the descriptor limit is known.
+	minMaxConns = 16
+	maxMaxConns = 1 << 20
+)
+
+// fdReserve is how many descriptors the process keeps out of the lock
+// API's reach, for masters Redis masters.
+func fdReserve(redisMaxConns, masters int) int {
+	return fdFixed + masters*(redisMaxConns+fdPerMasterExtra) + adminMaxConns + 2*maxLingering + fdSlack
+}
+
+// checkConnBudget refuses SIDELOCK_MAX_CONNS out of its bounds or beyond
+// what nofile (the soft RLIMIT_NOFILE, 0 when unknown) leaves after the
+// reserve. It runs at start-up, once the masters are known.
+func checkConnBudget(maxConns, redisMaxConns, masters int, nofile uint64) error {
+	if maxConns < minMaxConns || maxConns > maxMaxConns {
+		return fmt.Errorf("SIDELOCK_MAX_CONNS %d must be within [%d, %d]", maxConns, minMaxConns, maxMaxConns)
+	}
+	if nofile == 0 {
+		return nil
+	}
+	reserve := fdReserve(redisMaxConns, masters)
+	if room := int64(nofile) - int64(reserve); int64(maxConns) > room {
+		return fmt.Errorf("SIDELOCK_MAX_CONNS %d does not fit the open-file limit: RLIMIT_NOFILE is %d and %d descriptors are kept for "+
+			"the %d masters' connections, the admin listener and slack, which leaves %d; lower SIDELOCK_MAX_CONNS or raise the limit (ulimit -n)",
+			maxConns, nofile, reserve, masters, max(room, 0))
+	}
+	return nil
+}
+
+// capConns puts a connection cap on ln; refusals name the setting that
+// caps it.
+func capConns(ln net.Listener, maxConns int, setting string) (*connlimit.Listener, error) {
+	detail := fmt.Sprintf("the sidecar has %d connections open (%s), every one busy in a request; retry shortly", maxConns, setting)
+	return connlimit.New(ln, connlimit.Config{Max: maxConns, MaxLingering: maxLingering, Linger: lingerTimeout,
+		Refusal: connlimit.OverloadResponse(detail, time.Second)})
+}
+
+// listenerStats adapts a listener's counts for the metrics.
+func listenerStats(l *connlimit.Listener) func() metrics.ListenerStats {
+	return func() metrics.ListenerStats {
+		s := l.Stats()
+		return metrics.ListenerStats{Open: s.Open, Max: s.Max, Refused: s.Refused, ShedNew: s.ShedNew, ShedIdle: s.ShedIdle}
+	}
+}
+
+// countMasters is how many Redis masters the sidecar connects to (none in
+// dev mode, whose masters are in memory).
+func countMasters(cfg config, groups []groupSpec) int {
+	if cfg.Dev {
+		return 0
+	}
+	n := 0
+	for _, g := range groups {
+		n += len(g.Masters)
+	}
+	return n
+}
+
+// listen opens the lock API's listener under SIDELOCK_MAX_CONNS and the
+// admin listener under its own small cap: each has its own descriptors,
+// so neither can starve the other.
+func listen(cfg config, reg prometheus.Registerer) (api, admin *connlimit.Listener, err error) {
+	apiLn, err := net.Listen("tcp", cfg.ListenAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock API: %w", err)
+	}
+	adminLn, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		apiLn.Close()
+		return nil, nil, fmt.Errorf("admin listener: %w", err)
+	}
+	if api, err = capConns(apiLn, cfg.MaxConns, "SIDELOCK_MAX_CONNS"); err == nil {
+		admin, err = capConns(adminLn, adminMaxConns, "the admin listener's cap")
+	}
+	if err == nil {
+		err = metrics.RegisterListeners(reg, map[string]func() metrics.ListenerStats{"api": listenerStats(api), "admin": listenerStats(admin)})
+	}
+	if err != nil {
+		apiLn.Close()
+		adminLn.Close()
+		return nil, nil, err
+	}
+	return api, admin, nil
+}
