@@ -10,17 +10,22 @@ BENCHCOUNT ?= 3
 GOLANGCI_VERSION ?= v2.6.2
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: sim run test test-unit bench-smoke scale-sim fuzz-smoke chaos chaos-ci soak vulncheck helm-lint k8s-validate image e2e test-deploy check-fmt vet lint build bench fuzz cover clean redis-server help-env helm-lint k8s-validate
+.PHONY: sim run test test-unit test-load bench-smoke scale-sim fuzz-smoke chaos chaos-ci soak abuse vulncheck helm-lint k8s-validate image e2e test-deploy check-fmt vet lint build bench fuzz cover clean redis-server help-env helm-lint k8s-validate
 
 ## run: sidelock in dev mode (3 in-memory masters), nothing to install.
 run:
 	$(GO) run ./cmd/sidelock -dev
 
 ## test: formatting, vet, and every test with the race detector, against real redis-server processes.
-test: redis-server check-fmt vet test-unit bench-smoke fuzz-smoke chaos-ci test-deploy
+test: redis-server check-fmt vet test-unit test-load bench-smoke fuzz-smoke chaos-ci test-deploy
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+
+# test-load runs the tests that judge the sidecar's own speed under a burst (overload answered 429, never
+# no_quorum; heartbeats kept): without the race detector, which slows the sidecar about tenfold.
+test-load:
+	$(GO) test -count=1 -timeout 5m -run 'TestBurstOfTryOnceIsOverloadNotNoQuorum|TestMastersDownIsNoQuorumNotOverload' ./httpapi
 
 # bench-smoke runs every benchmark once so they keep working; figures come from `make bench`.
 bench-smoke:
@@ -54,6 +59,14 @@ chaos-ci: redis-server
 ## soak: steady mixed load for SOAKTIME, RSS and goroutines over time (not CI); writes test/chaos/soak.md.
 soak: redis-server
 	SIDELOCK_SOAK=$(SOAKTIME) $(GO) test -count=1 -timeout 40m -run TestSoak -v ./test/chaos
+
+## abuse: load abuse of the built binary over 3 real masters, loopback only (~1 min, not CI): a flood of
+## idle connections (ABUSE_CONNS, default 3000) under /healthz probes and heartbeats, RSS per held stream,
+## waiter and idle connection against the chart's memory limit, bursts of 1,000 try-once acquires; prints
+## the figures and checks, writes test/abuse/results.md. SIDELOCK_ABUSE_BIN=path measures another binary.
+abuse: redis-server
+	set -o pipefail; SIDELOCK_ABUSE=1 $(if $(ABUSE_CONNS),SIDELOCK_ABUSE_CONNS=$(ABUSE_CONNS)) \
+	  $(GO) test -count=1 -timeout 10m -run '^TestAbuse$$' -v ./test/abuse 2>&1 | grep -vE '^\s*(=== RUN|--- PASS)|redis-server .* log tail|^\s+[0-9]+:[CM] '
 
 ## vulncheck: known vulnerabilities reachable from the code (needs vuln.go.dev, not reachable here).
 vulncheck:
@@ -94,6 +107,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAcquireParams$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzTokenParams$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME) ./httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzScanner$$' -fuzztime $(FUZZTIME) ./internal/framing
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateName$$' -fuzztime $(FUZZTIME) ./pkg/lease
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReview$$' -fuzztime $(FUZZTIME) ./pkg/injector
 

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sidelock/sidelock/internal/connlimit"
+	"github.com/sidelock/sidelock/internal/framing"
 	"github.com/sidelock/sidelock/pkg/metrics"
 )
 
@@ -96,20 +97,29 @@ func countMasters(cfg config, groups []groupSpec) int {
 	return n
 }
 
+// listeners are the sidecar's two listeners; framing watches the lock
+// API's connections for requests with ambiguous framing.
+type listeners struct {
+	api, admin *connlimit.Listener
+	framing    *framing.Listener
+}
+
 // listen opens the lock API's listener under SIDELOCK_MAX_CONNS and the
 // admin listener under its own small cap: each has its own descriptors,
 // so neither can starve the other.
-func listen(cfg config, reg prometheus.Registerer) (api, admin *connlimit.Listener, err error) {
+func listen(cfg config, reg prometheus.Registerer) (listeners, error) {
 	apiLn, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("lock API: %w", err)
+		return listeners{}, fmt.Errorf("lock API: %w", err)
 	}
 	adminLn, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {
 		apiLn.Close()
-		return nil, nil, fmt.Errorf("admin listener: %w", err)
+		return listeners{}, fmt.Errorf("admin listener: %w", err)
 	}
-	if api, err = capConns(apiLn, cfg.MaxConns, "SIDELOCK_MAX_CONNS"); err == nil {
+	watched := framing.Watch(apiLn)
+	var api, admin *connlimit.Listener
+	if api, err = capConns(watched, cfg.MaxConns, "SIDELOCK_MAX_CONNS"); err == nil {
 		admin, err = capConns(adminLn, adminMaxConns, "the admin listener's cap")
 	}
 	if err == nil {
@@ -118,7 +128,7 @@ func listen(cfg config, reg prometheus.Registerer) (api, admin *connlimit.Listen
 	if err != nil {
 		apiLn.Close()
 		adminLn.Close()
-		return nil, nil, err
+		return listeners{}, err
 	}
-	return api, admin, nil
+	return listeners{api: api, admin: admin, framing: watched}, nil
 }

@@ -131,26 +131,26 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 		return err
 	}
 
-	apiLn, adminLn, err := listen(cfg, reg)
+	lns, err := listen(cfg, reg)
 	if err != nil {
 		return err
 	}
-	api := newHTTPServer(httpapi.NewServer(log, leases, m, httpapi.WithAPIToken(cfg.APIToken)), log)
+	api := newHTTPServer(httpapi.NewServer(log, leases, m, httpapi.WithAPIToken(cfg.APIToken), httpapi.WithFramingCheck(lns.framing.Ambiguous)), log)
 	admin := newHTTPServer(httpapi.NewAdminServer(log, checker, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), log)
-	api.ConnState, admin.ConnState = apiLn.ConnState, adminLn.ConnState // the caps shed only idle connections
+	api.ConnState, admin.ConnState = lns.api.ConnState, lns.admin.ConnState // the caps shed only idle connections
 
 	checkCtx, stopChecks := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopChecks()
 	go checker.Run(checkCtx)
 	go watchMembership(checkCtx, cfg, groups, checker, log)
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- api.Serve(apiLn) }()
-	go func() { serveErr <- admin.Serve(adminLn) }()
+	go func() { serveErr <- api.Serve(lns.api) }()
+	go func() { serveErr <- admin.Serve(lns.admin) }()
 
-	log.Info("sidelock started", "version", version, "api", apiLn.Addr().String(), "admin", adminLn.Addr().String(),
+	log.Info("sidelock started", "version", version, "api", lns.api.Addr().String(), "admin", lns.admin.Addr().String(),
 		"masters", len(nodes), "groups", len(current), "migrating", len(previous) > 0, "dev", cfg.Dev, "api_token", cfg.APIToken != "")
 	if cfg.Dev {
-		printQuickStart(stdout, apiLn.Addr().String())
+		printQuickStart(stdout, lns.api.Addr().String())
 	}
 
 	select {
