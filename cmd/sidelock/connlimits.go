@@ -70,10 +70,22 @@ func checkConnBudget(maxConns, redisMaxConns, masters int, nofile uint64) error 
 
 // capConns puts a connection cap on ln; refusals name the setting that
 // caps it.
+// A connection may be shed at the cap once it has been silent since it
+// opened for minSilentToShed (a loopback client sends its request within
+// milliseconds, even on a loaded machine), or idle since its last answer
+// for minIdleToShed (longer than the gap between a busy caller's
+// heartbeats, so their keep-alive connections are not taken from under
+// them; a flood of silent connections is still shed within a quarter
+// second).
+const (
+	minSilentToShed = 250 * time.Millisecond
+	minIdleToShed   = time.Second
+)
+
 func capConns(ln net.Listener, maxConns int, setting string) (*connlimit.Listener, error) {
 	detail := fmt.Sprintf("the sidecar has %d connections open (%s), every one busy in a request; retry shortly", maxConns, setting)
 	return connlimit.New(ln, connlimit.Config{Max: maxConns, MaxLingering: maxLingering, Linger: lingerTimeout,
-		Refusal: connlimit.OverloadResponse(detail, time.Second)})
+		MinSilent: minSilentToShed, MinIdle: minIdleToShed, Refusal: connlimit.OverloadResponse(detail, time.Second)})
 }
 
 // listenerStats adapts a listener's counts for the metrics.

@@ -36,6 +36,14 @@ type Config struct {
 	// Linger bounds how long one refused connection is kept for its
 	// answer to be read.
 	Linger time.Duration
+	// MinSilent and MinIdle are how long a connection must have been
+	// silent since it opened, or idle since its last answer, before it may
+	// be shed. A client that just connected has not had time to send its
+	// request, and one between two heartbeats is about to reuse its
+	// connection: shedding either would fail a live caller (a keep-alive
+	// PUT is not retried by most clients) where refusing the newcomer
+	// names the overload. Zero sheds at once.
+	MinSilent, MinIdle time.Duration
 }
 
 // Stats are a Listener's counts, for metrics.
@@ -98,7 +106,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		c, victim := l.admit(nc)
+		c, victim := l.admit(nc, time.Now())
 		if victim != nil {
 			_ = victim.Close()
 		}
@@ -112,11 +120,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 // admit registers nc if there is room, or room once victim (returned for
 // the caller to close outside the lock) is gone; nil when every place is
 // busy.
-func (l *Listener) admit(nc net.Conn) (c, victim *Conn) {
+func (l *Listener) admit(nc net.Conn, now time.Time) (c, victim *Conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.conns) >= l.cfg.Max {
-		victim = l.victimLocked()
+		victim = l.victimLocked(now)
 		if victim == nil {
 			return nil, nil
 		}
@@ -125,25 +133,27 @@ func (l *Listener) admit(nc net.Conn) (c, victim *Conn) {
 		delete(l.conns, victim)
 		l.countShed(victim.state)
 	}
-	c = &Conn{Conn: nc, l: l, state: http.StateNew, since: time.Now()}
+	c = &Conn{Conn: nc, l: l, state: http.StateNew, since: now}
 	l.conns[c] = struct{}{}
 	return c, victim
 }
 
 // victimLocked picks the connection to shed: the oldest that never sent a
-// request (a client that connects and is silent is no client at all),
-// else the longest idle keep-alive one (the least likely to be reused
-// before its idle timeout). Connections in a request — including held
-// streams and waiters — are never picked. The caller holds mu.
-func (l *Listener) victimLocked() *Conn {
+// request for MinSilent (a client that connects and stays silent is no
+// client at all), else the longest idle keep-alive one, idle for MinIdle
+// (the least likely to be reused before its idle timeout). Connections in
+// a request — including held streams and waiters — are never picked, nor
+// ones too young to judge. The caller holds mu.
+func (l *Listener) victimLocked(now time.Time) *Conn {
 	var oldestNew, oldestIdle *Conn
+	silentBefore, idleBefore := now.Add(-l.cfg.MinSilent), now.Add(-l.cfg.MinIdle)
 	for c := range l.conns {
-		switch c.state {
-		case http.StateNew:
+		switch {
+		case c.state == http.StateNew && !c.since.After(silentBefore):
 			if oldestNew == nil || c.since.Before(oldestNew.since) {
 				oldestNew = c
 			}
-		case http.StateIdle:
+		case c.state == http.StateIdle && !c.since.After(idleBefore):
 			if oldestIdle == nil || c.since.Before(oldestIdle.since) {
 				oldestIdle = c
 			}

@@ -17,12 +17,18 @@ import (
 // /block stay in the handler until release is closed.
 func serve(t *testing.T, max int) (addr string, l *connlimit.Listener, release chan struct{}) {
 	t.Helper()
+	return serveWith(t, connlimit.Config{Max: max})
+}
+
+// serveWith is serve with more of the Listener's settings.
+func serveWith(t *testing.T, cfg connlimit.Config) (addr string, l *connlimit.Listener, release chan struct{}) {
+	t.Helper()
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err = connlimit.New(inner, connlimit.Config{Max: max, MaxLingering: 4, Linger: time.Second,
-		Refusal: connlimit.OverloadResponse("test cap", time.Second)})
+	cfg.MaxLingering, cfg.Linger, cfg.Refusal = 4, time.Second, connlimit.OverloadResponse("test cap", time.Second)
+	l, err = connlimit.New(inner, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,5 +230,56 @@ func TestNewRefusesNoCap(t *testing.T) {
 	defer ln.Close()
 	if _, err := connlimit.New(ln, connlimit.Config{}); err == nil {
 		t.Fatal("Max 0 accepted")
+	}
+}
+
+// A connection too young to judge is never shed: one that just opened has
+// not had time to send its request, and one between two heartbeats is
+// about to be reused. The newcomer is refused instead, and the same
+// connections are shed once they have been silent or idle long enough.
+func TestYoungConnectionsAreNotShed(t *testing.T) {
+	const grace = 300 * time.Millisecond
+	addr, l, release := serveWith(t, connlimit.Config{Max: 2, MinSilent: grace, MinIdle: grace})
+	defer close(release)
+	idle := dial(t, addr)
+	_, _ = io.WriteString(idle, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+	if res, err := http.ReadResponse(bufio.NewReader(idle), nil); err != nil || res.StatusCode != http.StatusNoContent {
+		t.Fatalf("idle's request: %v %v", res, err)
+	}
+	silent := dial(t, addr)
+	eventually(t, "2 open", func() bool { return l.Stats().Open == 2 })
+	opened := time.Now()
+
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	res, err := client.Get("http://" + addr + "/x")
+	if time.Since(opened) < grace {
+		if err != nil || res.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("newcomer while both are young: %v %v, want 429", res, err)
+		}
+		if st := l.Stats(); st.ShedNew+st.ShedIdle != 0 {
+			t.Fatalf("a young connection was shed: %+v", st)
+		}
+	}
+	if res != nil {
+		res.Body.Close()
+	}
+	time.Sleep(time.Until(opened.Add(grace + 50*time.Millisecond)))
+	get := func() {
+		t.Helper()
+		res, err := client.Get("http://" + addr + "/x")
+		if err != nil || res.StatusCode != http.StatusNoContent {
+			t.Fatalf("newcomer once the others are old enough: %v %v", res, err)
+		}
+		res.Body.Close()
+	}
+	get()
+	if !closedByPeer(silent, 5*time.Second) {
+		t.Fatal("the silent connection was not shed once old enough")
+	}
+	eventually(t, "room again", func() bool { return l.Stats().Open < 2 })
+	_ = block(t, addr) // fills the place: only the idle one can go now
+	get()
+	if !closedByPeer(idle, 5*time.Second) {
+		t.Fatal("the idle connection was not shed once old enough")
 	}
 }
