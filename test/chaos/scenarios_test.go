@@ -83,6 +83,7 @@ func scenarios() []scenario {
 		{name: "paused clients act past valid_until", durable: true, mix: []clientKind{heartbeat, heartbeat, holder, holder, pauser, pauser, pauser, trier},
 			exceeds: "a client paused past valid_until (GC, stopped VM) acts on an expired lock: only the fence protects the resource",
 			fault:   func(r *run, mode string) { r.beginFault(); r.sleep(2 * faultTime(mode)); r.endFault() }, extra: pausedExpectations},
+		abuseScenario(), // test/chaos/abuse_test.go
 		{name: "mixed: random faults within the assumptions", durable: true, ci: true, fault: mixed},
 	}
 }
