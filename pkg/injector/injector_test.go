@@ -402,7 +402,7 @@ func TestBadAnnotationsDenied(t *testing.T) {
 		{"default above max", map[string]string{"sidelock.io/default-ttl": "2h"}, "", []string{"default TTL 2h0m0s", "max TTL 1h0m0s"}},
 		{"max below key ttl", map[string]string{"sidelock.io/max-ttl": "5s", "sidelock.io/default-ttl": "5s"}, "", []string{"key TTL 10s"}},
 		{"max above fence retention", map[string]string{"sidelock.io/max-ttl": "2h"}, "", []string{"fence retention 1h0m0s"}},
-		{"request above limit", map[string]string{"sidelock.io/memory-request": "128Mi"}, "", []string{"memory request 128Mi exceeds its limit 64Mi"}},
+		{"request above limit", map[string]string{"sidelock.io/memory-request": "128Mi"}, "", []string{"memory request 128Mi exceeds its limit 96Mi"}},
 		{"request above limit, other units", map[string]string{"sidelock.io/cpu-request": "1.5", "sidelock.io/cpu-limit": "1000m"}, "", []string{"cpu request 1.5 exceeds its limit 1000m"}},
 		{"same ports", map[string]string{"sidelock.io/listen-port": "7421"}, "", []string{"must differ"}},
 		{"port used by the app", map[string]string{"sidelock.io/admin-port": "8080"}, "", []string{"container web uses port 8080", "sidelock.io/admin-port"}},
