@@ -207,11 +207,15 @@ func testBudgetE2E(t *testing.T, maxConns int) {
 	close(stop)
 	<-sampled
 
-	// Every answer is a success, or a 409 for a waiter whose wait ran out.
+	// Every answer is a success, a 409 for a waiter whose wait ran out, or
+	// an acquisition refused as overloaded (429: on a busy machine 200
+	// callers can outrun the sidecar, which must say so rather than blame
+	// the masters).
 	for outcome, n := range outcomes {
 		fields := strings.Fields(outcome)
 		code, _ := strconv.Atoi(fields[2])
-		ok := code == 200 || code == 204 || fields[0] == "contending" && fields[1] == "POST" && code == 409
+		ok := code == 200 || code == 204 || fields[0] == "contending" && fields[1] == "POST" && code == 409 ||
+			fields[1] == "POST" && code == 429
 		if !ok {
 			t.Errorf("%d × %s", n, outcome)
 		}
