@@ -11,9 +11,11 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/starvation"
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
@@ -45,6 +47,8 @@ type NodeState struct {
 	// weaken a guarantee (a master that may lose writes, unreadable server
 	// info).
 	Warning string `json:"warning,omitempty"`
+	// timedOut: the master did not answer in time (rather than refusing).
+	timedOut bool
 }
 
 // Report is the state of every master and whether they make a quorum.
@@ -162,6 +166,13 @@ type Config struct {
 	// groups must have a quorum for the Report to be ready (default all).
 	Groups      []Group
 	ReadyPolicy ReadyPolicy
+
+	// StarvedDuring is called as a round starts; the function it returns
+	// says, once the round's observations are in, whether this process
+	// was starved of CPU meanwhile (default: the Go scheduler's latencies,
+	// internal/starvation). A master that did not answer in time during a
+	// starved round is not judged by that round (see repeatInconclusive).
+	StarvedDuring func() (starved func() bool)
 }
 
 // Checker checks the masters. Report is safe for concurrent use.
@@ -180,6 +191,15 @@ type Checker struct {
 
 	mu   sync.RWMutex
 	last Report
+
+	// lastConclusive is, per master, the latest observation a round could
+	// judge it by (guarded by round; ok false before the first).
+	lastConclusive []conclusive
+}
+
+type conclusive struct {
+	obs observation
+	ok  bool
 }
 
 // New returns a Checker of nodes, ready when quorum of them answer and
@@ -212,7 +232,11 @@ func New(nodes []redlock.Node, quorum int, cfg Config) (*Checker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Checker{nodes: nodes, cfg: cfg, guards: newGuards(len(nodes)), wake: make(chan struct{}, 1)}
+	if cfg.StarvedDuring == nil {
+		cfg.StarvedDuring = schedulerStarvation(cfg.Timeout)
+	}
+	c := &Checker{nodes: nodes, cfg: cfg, guards: newGuards(len(nodes)), wake: make(chan struct{}, 1),
+		lastConclusive: make([]conclusive, len(nodes))}
 	states := make([]NodeState, len(nodes))
 	unjudged := cfg.RestartGuard == 0 // nothing to wait for
 	for i, n := range nodes {
@@ -319,6 +343,7 @@ func (c *Checker) Check(ctx context.Context) Report {
 	defer c.round.Unlock()
 	obs := make([]observation, len(c.nodes))
 	now := c.cfg.Now()
+	starved := c.cfg.StarvedDuring()
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
 		current, openedAtInfo := c.infoCurrent(i, now)
@@ -330,6 +355,7 @@ func (c *Checker) Check(ctx context.Context) Report {
 		})
 	}
 	wg.Wait()
+	c.repeatInconclusive(obs, starved())
 	states, events := c.judge(obs)
 	for i, s := range states {
 		c.cfg.SetEligible(i, c.eligibilityOf(i, s, obs[i].judgedAt))
@@ -344,6 +370,27 @@ func (c *Checker) Check(ctx context.Context) Report {
 		c.cfg.OnChange(prev, r)
 	}
 	return r
+}
+
+// repeatInconclusive replaces the observation of a master that did not
+// answer in time while this sidecar was starved of CPU with the latest
+// conclusive one. Such a round says nothing about the master (its answer
+// may be sitting unread), and a sidecar too busy to read answers must not
+// mark every master down: under a burst of requests that turned healthy
+// masters into "no quorum" and cost held locks their renewals. The
+// repeated observation keeps its judgedAt, so connections opened since
+// (a master that restarted meanwhile) are still not counted until a
+// conclusive round judges them. A master that refuses connections, or
+// times out while this sidecar is not starved, is judged as always.
+func (c *Checker) repeatInconclusive(obs []observation, starved bool) {
+	for i := range obs {
+		last := &c.lastConclusive[i]
+		if starved && obs[i].state.timedOut && last.ok {
+			obs[i] = last.obs
+			continue
+		}
+		*last = conclusive{obs: obs[i], ok: true}
+	}
 }
 
 // connectionsOpened is n's connection count, 0 for nodes that keep none.
@@ -443,7 +490,7 @@ func (c *Checker) readInfo(ctx context.Context, n redlock.Node, reader redlock.S
 		return o
 	}
 	if errors.Is(err, context.DeadlineExceeded) { // no answer in time: down, without waiting again
-		o.state = NodeState{Addr: n.Addr(), Latency: c.cfg.Now().Sub(start), CheckedAt: c.cfg.Now().UTC(), Error: err.Error()}
+		o.state = NodeState{Addr: n.Addr(), Latency: c.cfg.Now().Sub(start), CheckedAt: c.cfg.Now().UTC(), Error: err.Error(), timedOut: true}
 		return o
 	}
 	o.state = c.ping(ctx, n)
@@ -460,9 +507,26 @@ func (c *Checker) ping(ctx context.Context, n redlock.Node) NodeState {
 	err := n.Ping(ctx)
 	s := NodeState{Addr: n.Addr(), Up: err == nil, Latency: c.cfg.Now().Sub(start), CheckedAt: c.cfg.Now().UTC()}
 	if err != nil {
-		s.Error = err.Error()
+		s.Error, s.timedOut = err.Error(), timedOut(ctx, err)
 	}
 	return s
+}
+
+// schedulerStarvation judges a round starved when the Go scheduler kept a
+// share of goroutines waiting a tenth of the ping's budget or more.
+func schedulerStarvation(timeout time.Duration) func() func() bool {
+	probe := starvation.NewProbe()
+	return func() func() bool {
+		from := probe.Read(timeout / 10)
+		return func() bool { return probe.StarvedSince(from) }
+	}
+}
+
+// timedOut tells a master that did not answer within the round's budget
+// from one that answered with an error or refused the connection.
+func timedOut(ctx context.Context, err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || errors.As(err, &netErr) && netErr.Timeout()
 }
 
 // Report returns the last round's result (not ready before the first).

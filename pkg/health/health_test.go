@@ -77,3 +77,43 @@ func TestNewRejectsBadQuorum(t *testing.T) {
 		t.Fatal("quorum above the number of masters accepted")
 	}
 }
+
+// A round in which this sidecar was starved of CPU does not judge a master
+// that did not answer in time: it keeps the last conclusive verdict, so a
+// burst of requests cannot mark healthy masters down (which made every
+// acquisition "no quorum" and cost held locks their renewals). A master
+// that times out while the sidecar is not starved is down as always, and
+// so is one that refuses connections while it is.
+func TestAStarvedRoundDoesNotJudgeMastersThatTimedOut(t *testing.T) {
+	mem := []*memnode.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
+	nodes := []redlock.Node{mem[0], mem[1], mem[2]}
+	starved := false
+	eligible := make([]bool, len(nodes))
+	c, err := health.New(nodes, 2, health.Config{
+		Timeout:       20 * time.Millisecond,
+		StarvedDuring: func() func() bool { return func() bool { return starved } },
+		SetEligible:   func(i int, e redlock.Eligibility) { eligible[i] = e.Eligible },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Check(context.Background()); !r.Ready || r.Up != 3 {
+		t.Fatalf("first round: %+v", r)
+	}
+	for _, m := range mem {
+		m.SetDelay(time.Second) // every ping times out
+	}
+	starved = true
+	if r := c.Check(context.Background()); !r.Ready || r.Up != 3 || !eligible[0] || !eligible[1] || !eligible[2] {
+		t.Fatalf("a starved round marked masters that timed out down: %+v, eligible %v", r, eligible)
+	}
+	mem[2].SetDelay(0)
+	mem[2].SetDown(true) // refuses: that is an answer, starved or not
+	if r := c.Check(context.Background()); r.Up != 2 || r.Nodes[2].Up {
+		t.Fatalf("a master that refuses stayed up in a starved round: %+v", r)
+	}
+	starved = false
+	if r := c.Check(context.Background()); r.Ready || r.Up != 0 {
+		t.Fatalf("masters that time out while the sidecar is not starved stayed up: %+v", r)
+	}
+}

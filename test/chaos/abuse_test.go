@@ -126,9 +126,13 @@ func (st *abuseState) expectations(r *run, res result) []string {
 	for _, b := range st.bursts {
 		burstNoQuorum += b["no_quorum"]
 	}
-	if n := burstNoQuorum + res.v.failures["no_quorum"]; n > 0 {
-		out = append(out, fmt.Sprintf("%d acquires answered no_quorum while every master was healthy (%d of the bursts', %d of the workers'): overload must say 429 overloaded",
-			n, burstNoQuorum, res.v.failures["no_quorum"]))
+	// Only the abused sidecar is judged: the others, and the masters, share
+	// this machine's two cores with the burst, so to them the masters
+	// really are slow (in a cluster the masters run elsewhere).
+	workers := res.v.failuresOn[abused]["no_quorum"]
+	if n := burstNoQuorum + workers; n > 0 {
+		out = append(out, fmt.Sprintf("%d acquires on sidecar%d answered no_quorum while every master was healthy (%d of the bursts', %d of the workers'): overload must say 429 overloaded",
+			n, abused, burstNoQuorum, workers))
 	}
 	return out
 }

@@ -150,7 +150,7 @@ func (w *worker) leaseOnce(ctx context.Context, name string) {
 	g := grant{token: l.Token, fence: l.Fence, deadline: deadlineOf(l.ValidUntil), ttl: ttl,
 		promise: w.o.granted(name, owner, kind, w.car.idx, l.Fence, answered, l.ValidUntil)}
 	if !time.Now().Before(g.deadline) {
-		w.o.fail("late_grant") // answered after its own validity: never act on it
+		w.o.fail(w.car.idx, "late_grant") // answered after its own validity: never act on it
 		w.release(name, g.token, g.promise)
 		return
 	}
@@ -276,7 +276,7 @@ func (w *worker) holdOnce(ctx context.Context, name string) {
 	streamEnded := false // the sidecar ended the stream (lost, released, or died)
 	defer func() { w.closeHold(h, g.promise, streamEnded) }()
 	if !time.Now().Before(g.deadline) {
-		w.o.fail("late_grant")
+		w.o.fail(w.car.idx, "late_grant")
 		return
 	}
 	s := w.o.enter(name, owner, w.id, w.car.idx, g.fence)
@@ -371,7 +371,7 @@ func (w *worker) failed(ctx context.Context, err error) {
 		return // the run ended, not the lock service
 	}
 	cause := causeOf(err)
-	w.o.fail(cause)
+	w.o.fail(w.car.idx, cause)
 	pause := 20*time.Millisecond + time.Duration(w.rng.Int64N(int64(80*time.Millisecond)))
 	if cause == "sidecar_unreachable" || cause == "client_timeout" {
 		pause = 100 * time.Millisecond

@@ -5,6 +5,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -58,10 +59,12 @@ type oracle struct {
 	sections []*section
 	writes   []write
 	failures map[string]int
-	probes   []probe
-	deaths   []death
-	stores   map[string]*fencedresource.Store
-	promises []*promise
+	// failuresOn are the failures by the sidecar that answered them.
+	failuresOn map[int]map[string]int
+	probes     []probe
+	deaths     []death
+	stores     map[string]*fencedresource.Store
+	promises   []*promise
 }
 
 // promise is one grant as its valid_untils describe it.
@@ -187,7 +190,7 @@ type death struct {
 }
 
 func newOracle(names []string) *oracle {
-	o := &oracle{failures: map[string]int{}, stores: map[string]*fencedresource.Store{}}
+	o := &oracle{failures: map[string]int{}, failuresOn: map[int]map[string]int{}, stores: map[string]*fencedresource.Store{}}
 	for _, n := range names {
 		o.stores[n] = &fencedresource.Store{}
 	}
@@ -221,9 +224,14 @@ func (o *oracle) write(name string, client int, fence int64, stale bool) bool {
 	return ok
 }
 
-func (o *oracle) fail(cause string) {
+// fail records a failed acquisition through sidecar car.
+func (o *oracle) fail(car int, cause string) {
 	o.mu.Lock()
 	o.failures[cause]++
+	if o.failuresOn[car] == nil {
+		o.failuresOn[car] = map[string]int{}
+	}
+	o.failuresOn[car][cause]++
 	o.mu.Unlock()
 }
 
@@ -294,6 +302,7 @@ type verdict struct {
 	grants           int
 	grantsInFault    int
 	failures         map[string]int
+	failuresOn       map[int]map[string]int // by sidecar
 	overlaps         int
 	fenceViolations  int
 	liveRejected     int // writes within validity the resource refused
@@ -327,9 +336,9 @@ type verdict struct {
 func (o *oracle) judge(start, faultStart, faultEnd, end time.Time, sidecars int) verdict {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	v := verdict{failures: map[string]int{}}
-	for k, n := range o.failures {
-		v.failures[k] = n
+	v := verdict{failures: maps.Clone(o.failures), failuresOn: map[int]map[string]int{}}
+	for car, f := range o.failuresOn {
+		v.failuresOn[car] = maps.Clone(f)
 	}
 	closed := o.closedSections(end)
 	v.grants = len(closed)

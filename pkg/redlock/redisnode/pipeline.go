@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sidelock/sidelock/internal/starvation"
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
@@ -100,10 +101,10 @@ type pipeliner struct {
 	// sidecar's starvation take the blame for a failure: a master that
 	// is down or hangs stays the master's fault however busy we are.
 	healthy atomic.Bool
-	// probe tells the sidecar's delays from the master's (starvation.go);
+	// probe tells the sidecar's delays from the master's (internal/starvation);
 	// lastSent is its reading when the latest batch was sent.
-	probe    *schedProbe
-	lastSent atomic.Pointer[schedReading]
+	probe    *starvation.Probe
+	lastSent atomic.Pointer[starvation.Reading]
 
 	mu     sync.Mutex
 	urgent []*call // renewals, sent before queue
@@ -114,7 +115,7 @@ type pipeliner struct {
 // newPipeliner returns a pipeliner with the given number of slots (at
 // least one).
 func newPipeliner(client *redis.Client, slots int) *pipeliner {
-	p := &pipeliner{client: client, slots: make(chan int, max(slots, 1)), probe: newSchedProbe()}
+	p := &pipeliner{client: client, slots: make(chan int, max(slots, 1)), probe: starvation.NewProbe()}
 	for i := range cap(p.slots) {
 		p.slots <- i
 	}
@@ -220,7 +221,7 @@ func (p *pipeliner) unsent(c *call) error {
 
 func (p *pipeliner) starvedSinceLastSend() bool {
 	r := p.lastSent.Load()
-	return r != nil && p.probe.starvedSince(*r)
+	return r != nil && p.probe.StarvedSince(*r)
 }
 
 func (p *pipeliner) enqueue(c *call) bool {
@@ -341,13 +342,13 @@ func (p *pipeliner) exec(slot int, batch []*call) {
 	sent := time.Now()
 	ctx, cancel := batchContext(batch, sent)
 	defer cancel()
-	base := p.probe.read(lateness(batch))
+	base := p.probe.Read(lateness(batch))
 	p.lastSent.Store(&base)
 	cmds := p.send(ctx, slot, batch)
 	answered := serverAnswered(cmds)
 	if answered {
 		p.answers.Add(1)
-	} else if p.healthy.Load() && p.probe.starvedSince(base) {
+	} else if p.healthy.Load() && p.probe.StarvedSince(base) {
 		blameSidecar(cmds)
 	}
 	p.healthy.Store(answered)

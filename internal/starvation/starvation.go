@@ -1,4 +1,8 @@
-package redisnode
+// Package starvation tells this process's own delays from a remote's: it
+// reads the Go runtime's scheduling latencies, so a timeout that happened
+// while goroutines waited long to run can be blamed on the sidecar (local
+// overload) rather than on the master it was waiting for.
+package starvation
 
 import (
 	"runtime/metrics"
@@ -28,39 +32,40 @@ const schedLatencies = "/sched/latencies:seconds"
 // under a 1,000-request burst on two cores).
 const starvedShare = 100 // 1 in starvedShare
 
-// schedReading is how many goroutine wake-ups the runtime sampled so far,
+// Reading is how many goroutine wake-ups the runtime sampled so far,
 // and how many of them waited at least late to run.
-type schedReading struct {
+type Reading struct {
 	late        time.Duration
 	slow, total uint64
 	valid       bool
 }
 
-// schedProbe reads the runtime's scheduling latencies (about half a
+// Probe reads the runtime's scheduling latencies (about half a
 // microsecond, so once per batch is cheap) into a reused sample.
-type schedProbe struct {
+type Probe struct {
 	mu     sync.Mutex
 	sample []metrics.Sample
 }
 
-func newSchedProbe() *schedProbe {
-	return &schedProbe{sample: []metrics.Sample{{Name: schedLatencies}}}
+// NewProbe returns a Probe.
+func NewProbe() *Probe {
+	return &Probe{sample: []metrics.Sample{{Name: schedLatencies}}}
 }
 
-// read counts the wake-ups so far, and those at least late; nothing when
+// Read counts the wake-ups so far, and those at least late; nothing when
 // late is zero (no threshold to judge by).
-func (p *schedProbe) read(late time.Duration) schedReading {
+func (p *Probe) Read(late time.Duration) Reading {
 	if late <= 0 {
-		return schedReading{}
+		return Reading{}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	metrics.Read(p.sample)
 	if p.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
-		return schedReading{} // not supported by this runtime
+		return Reading{} // not supported by this runtime
 	}
 	h := p.sample[0].Value.Float64Histogram()
-	r := schedReading{late: late, valid: true}
+	r := Reading{late: late, valid: true}
 	for i, n := range h.Counts {
 		r.total += n
 		if h.Buckets[i] >= late.Seconds() { // bucket i is [Buckets[i], Buckets[i+1])
@@ -70,14 +75,14 @@ func (p *schedProbe) read(late time.Duration) schedReading {
 	return r
 }
 
-// starvedSince reports whether, between then and now, enough goroutine
+// StarvedSince reports whether, between then and now, enough goroutine
 // wake-ups were late (then.late or more) for the sidecar's own delays to
 // explain a timeout.
-func (p *schedProbe) starvedSince(then schedReading) bool {
+func (p *Probe) StarvedSince(then Reading) bool {
 	if !then.valid {
 		return false
 	}
-	now := p.read(then.late)
+	now := p.Read(then.late)
 	total, slow := now.total-then.total, now.slow-then.slow
 	return total > 0 && slow*starvedShare >= total
 }
