@@ -175,8 +175,8 @@ func TestLeaseLapsesAndReleases(t *testing.T) {
 	if took := time.Since(start); took < time.Second {
 		t.Fatalf("released after %v, before the 1s ttl", took)
 	}
-	// The keys go first, then the lease is counted and forgotten: wait for
-	// the end to finish rather than race it.
+	// The lease's keys are released before it is counted as expired: wait
+	// for the end to finish rather than race it.
 	eventually(t, 3*time.Second, "lease counted as expired and forgotten", func() bool {
 		return f.obs.expired.Load() == 1 && f.m.Len() == 0
 	})
