@@ -10,7 +10,14 @@ BENCHCOUNT ?= 3
 GOLANGCI_VERSION ?= v2.6.2
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: sim run test test-unit test-load bench-smoke scale-sim fuzz-smoke chaos chaos-ci soak abuse vulncheck helm-lint k8s-validate image e2e test-deploy check-fmt vet lint build bench fuzz cover clean redis-server help-env helm-lint k8s-validate
+.PHONY: help run test test-unit test-load bench-smoke fuzz-smoke sim chaos chaos-ci soak abuse vulncheck build check-fmt vet lint bench scale-sim fuzz cover image e2e helm-lint k8s-validate test-deploy redis-server clean
+
+## help: this list: every target with a `##` comment.
+help:
+	@awk '/^## / { line = $$0; sub(/^## /, "", line); \
+	       if (prev !~ /^## / && match(line, /^[a-z0-9, -]+:/)) printf "  %-12s %s\n", substr(line, 1, RLENGTH - 1), substr(line, RLENGTH + 2); \
+	       else if (prev ~ /^## /) printf "  %-12s %s\n", "", line } \
+	     { prev = $$0 }' $(MAKEFILE_LIST)
 
 ## run: sidelock in dev mode (3 in-memory masters), nothing to install.
 run:
