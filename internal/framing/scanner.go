@@ -118,9 +118,11 @@ func (s *scanner) headLine() bool {
 		s.line = s.line[:0] // leading blank lines
 		return false
 	}
-	head := s.line
-	s.line = nil
-	return s.startBody(head)
+	flagged := s.startBody(s.line)
+	if s.state != stopped {
+		s.line = s.line[:0] // reused for the next head: no allocation per request
+	}
+	return flagged
 }
 
 // startBody reads the framing headers of a complete head and reports
