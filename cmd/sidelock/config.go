@@ -117,6 +117,9 @@ func (c config) validate() error {
 	if c.MaxWaiters < 1 {
 		bad("SIDELOCK_MAX_WAITERS %d must be at least 1 (use wait=0 to never wait)", c.MaxWaiters)
 	}
+	if c.MaxConns < minMaxConns || c.MaxConns > maxMaxConns {
+		bad("SIDELOCK_MAX_CONNS %d must be within [%d, %d] (and fit RLIMIT_NOFILE, checked at start-up)", c.MaxConns, minMaxConns, maxMaxConns)
+	}
 	if c.MaxWaitersPerName < 0 || c.MaxWaitersPerName > c.MaxWaiters {
 		bad("SIDELOCK_MAX_WAITERS_PER_NAME %d must be within [0, SIDELOCK_MAX_WAITERS %d] (0: a quarter of it)", c.MaxWaitersPerName, c.MaxWaiters)
 	}

@@ -17,7 +17,7 @@ func validConfig() config {
 		NodeTimeout: 50 * time.Millisecond, DriftFactor: 0.01, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour,
 		KeyTTL: 10 * time.Second, MaxWait: 5 * time.Minute, HealthInterval: time.Second, ShutdownTimeout: 5 * time.Second,
 		LogFormat: "text", LogLevel: "info", Fencing: true, FenceRetention: time.Hour,
-		MaxLocks: 10000, MaxWaiters: 10000, RedisMaxConns: 2, ReadyPolicy: "all",
+		MaxLocks: 4096, MaxWaiters: 1024, MaxConns: 1024, RedisMaxConns: 2, ReadyPolicy: "all",
 	}
 }
 
@@ -56,6 +56,9 @@ func TestConfigValidation(t *testing.T) {
 		"zero max locks":             func(c *config) { c.MaxLocks = 0 },
 		"zero max waiters":           func(c *config) { c.MaxWaiters = 0 },
 		"empty-host lock API":        func(c *config) { c.ListenAddr = ":7420" },
+		"max conns below 16":         func(c *config) { c.MaxConns = 15 },
+		"max conns above 2^20":       func(c *config) { c.MaxConns = 1<<20 + 1 },
+		"waiters per name above all": func(c *config) { c.MaxWaitersPerName = c.MaxWaiters + 1 },
 		"key prefix with #":          func(c *config) { c.KeyPrefix = "sidelock:victim#" },
 		"key prefix without colon":   func(c *config) { c.KeyPrefix = "sidelock" },
 		"key prefix with two colons": func(c *config) { c.KeyPrefix = "a:b:" },

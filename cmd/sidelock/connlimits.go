@@ -49,13 +49,11 @@ func fdReserve(redisMaxConns, masters int) int {
 	return fdFixed + masters*(redisMaxConns+fdPerMasterExtra) + adminMaxConns + 2*maxLingering + fdSlack
 }
 
-// checkConnBudget refuses SIDELOCK_MAX_CONNS out of its bounds or beyond
-// what nofile (the soft RLIMIT_NOFILE, 0 when unknown) leaves after the
-// reserve. It runs at start-up, once the masters are known.
+// checkConnBudget refuses SIDELOCK_MAX_CONNS beyond what nofile (the soft
+// RLIMIT_NOFILE, 0 when unknown) leaves after the reserve. Its fixed
+// bounds are checked with every other setting (config.validate); this
+// depends on the process's limit and the masters, so it runs at start-up.
 func checkConnBudget(maxConns, redisMaxConns, masters int, nofile uint64) error {
-	if maxConns < minMaxConns || maxConns > maxMaxConns {
-		return fmt.Errorf("SIDELOCK_MAX_CONNS %d must be within [%d, %d]", maxConns, minMaxConns, maxMaxConns)
-	}
 	if nofile == 0 {
 		return nil
 	}
