@@ -129,16 +129,17 @@ func (s *scanner) headLine() bool {
 // whether it carries both.
 func (s *scanner) startBody(head []byte) bool {
 	var contentLength, transferEncoding []string
-	for _, line := range strings.Split(string(head), "\n")[1:] {
-		name, value, ok := strings.Cut(strings.TrimRight(line, "\r"), ":")
-		if !ok {
-			continue
-		}
-		switch strings.ToLower(name) {
-		case "content-length":
-			contentLength = append(contentLength, strings.TrimSpace(value))
-		case "transfer-encoding":
-			transferEncoding = append(transferEncoding, strings.TrimSpace(value))
+	_, rest, _ := bytes.Cut(head, []byte("\n")) // past the request line
+	for len(rest) > 0 {
+		var line []byte
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		name, value, ok := bytes.Cut(bytes.TrimRight(line, "\r"), []byte(":"))
+		switch {
+		case !ok:
+		case bytes.EqualFold(name, []byte("content-length")):
+			contentLength = append(contentLength, string(bytes.TrimSpace(value)))
+		case bytes.EqualFold(name, []byte("transfer-encoding")):
+			transferEncoding = append(transferEncoding, string(bytes.TrimSpace(value)))
 		}
 	}
 	switch {
