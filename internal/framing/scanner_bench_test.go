@@ -1,6 +1,5 @@
 package framing
 
-
 import "testing"
 
 // BenchmarkScannerRequest: what watching costs one request with a body.
