@@ -117,3 +117,33 @@ func TestAStarvedRoundDoesNotJudgeMastersThatTimedOut(t *testing.T) {
 		t.Fatalf("masters that time out while the sidecar is not starved stayed up: %+v", r)
 	}
 }
+
+// A starved round that repeats the last verdict also repeats what it
+// vouched for: a connection opened since (a master that may have restarted
+// behind it) is not counted until a conclusive round judges it.
+func TestAStarvedRoundVouchesForNoNewConnection(t *testing.T) {
+	m := memnode.New("a")
+	node := &countingNode{infoNode: infoNode{m}}
+	starved := false
+	var judgedAt uint64
+	c, err := health.New([]redlock.Node{node}, 1, health.Config{
+		Timeout:       20 * time.Millisecond,
+		StarvedDuring: func() func() bool { return func() bool { return starved } },
+		SetEligible:   func(_ int, e redlock.Eligibility) { judgedAt = e.JudgedAt },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Check(context.Background())
+	node.opened.Add(1) // a reconnect between rounds
+	m.SetDelay(time.Second)
+	starved = true
+	if r := c.Check(context.Background()); !r.Ready || judgedAt != 0 {
+		t.Fatalf("starved round: ready %v, vouches for connections up to %d; want the last verdict, up to 0", r.Ready, judgedAt)
+	}
+	m.SetDelay(0)
+	starved = false
+	if c.Check(context.Background()); judgedAt != 1 {
+		t.Fatalf("conclusive round vouches up to %d, want 1", judgedAt)
+	}
+}
