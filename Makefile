@@ -36,7 +36,7 @@ test-load:
 
 # bench-smoke runs every benchmark once so they keep working; figures come from `make bench`.
 bench-smoke:
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./bench
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./tools/bench
 
 # fuzz-smoke runs each HTTP fuzz target briefly; the corpus lives in testdata/.
 fuzz-smoke:
@@ -96,18 +96,18 @@ lint:
 
 ## bench: HTTP and engine benchmarks against real redis-server masters; compare runs with benchstat.
 bench: redis-server
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 30m ./bench | tee bench/results/latest.txt
-	$(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) bench/results/latest.txt > bench/results/benchstat.txt
-	$(GO) run ./bench/report bench/results/latest.txt | tee bench/results/table.md
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 30m ./tools/bench | tee tools/results/latest.txt
+	$(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) tools/results/latest.txt > tools/results/benchstat.txt
+	$(GO) run ./tools/report tools/results/latest.txt | tee tools/results/table.md
 
 ## scale-sim: the fleet cost model (docs/scale.md) against a simulated fleet (~4 min): the model's
-## inputs (BenchmarkCostModel, 3 runs) into bench/results/model.txt, 10, 100 and 500 in-process
-## sidecars over 3 real masters into bench/results/scale.txt, then docs/scale/table.md and scale.png.
+## inputs (BenchmarkCostModel, 3 runs) into tools/results/model.txt, 10, 100 and 500 in-process
+## sidecars over 3 real masters into tools/results/scale.txt, then docs/scale/table.md and scale.png.
 ## The model takes the inputs measured in the same run, next to the simulation it is checked against.
 scale-sim: redis-server
-	set -o pipefail; $(GO) test -run '^$$' -bench BenchmarkCostModel -benchtime 1s -count 3 -timeout 15m ./bench | tee bench/results/model.txt
-	set -o pipefail; $(GO) test -run '^$$' -bench BenchmarkScaleSim -benchtime 1x -count 1 -timeout 15m ./bench/scale | tee bench/results/scale.txt
-	$(GO) run ./cmd/scale-model -inputs bench/results/model.txt,bench/results/latest.txt -sim bench/results/scale.txt -png docs/scale/scale.png -table docs/scale/table.md
+	set -o pipefail; $(GO) test -run '^$$' -bench BenchmarkCostModel -benchtime 1s -count 3 -timeout 15m ./tools/bench | tee tools/results/model.txt
+	set -o pipefail; $(GO) test -run '^$$' -bench BenchmarkScaleSim -benchtime 1x -count 1 -timeout 15m ./tools/scale | tee tools/results/scale.txt
+	$(GO) run ./tools/scale-model -inputs tools/results/model.txt,tools/results/latest.txt -sim tools/results/scale.txt -png docs/scale/scale.png -table docs/scale/table.md
 
 ## fuzz: each fuzz target for FUZZTIME (default 10s).
 fuzz:
@@ -115,8 +115,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzTokenParams$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzScanner$$' -fuzztime $(FUZZTIME) ./internal/framing
-	$(GO) test -run '^$$' -fuzz '^FuzzValidateName$$' -fuzztime $(FUZZTIME) ./pkg/lease
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReview$$' -fuzztime $(FUZZTIME) ./pkg/injector
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateName$$' -fuzztime $(FUZZTIME) ./internal/lease
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReview$$' -fuzztime $(FUZZTIME) ./internal/injector
 
 cover:
 	$(GO) test -count=1 -coverprofile=cover.out $(PKGS) && $(GO) tool cover -func=cover.out | tail -1

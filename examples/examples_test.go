@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/httpapi"
-	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
 )

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 

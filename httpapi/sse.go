@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/internal/lease"
 )
 
 // Server-sent events: a held lock (POST ?hold=true) and a lease's event

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sidelock/sidelock/httpapi"
 	"github.com/sidelock/sidelock/internal/framing"
-	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
 )

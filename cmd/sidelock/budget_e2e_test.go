@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sidelock/sidelock/pkg/redistest"
+	"github.com/sidelock/sidelock/internal/redistest"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )
 
@@ -30,24 +30,6 @@ const budgetSampler = "budget-sampler"
 func TestE2EBudgetHoldsWith200Callers(t *testing.T) {
 	for _, maxConns := range []int{2, 4} {
 		t.Run("max_conns="+strconv.Itoa(maxConns), func(t *testing.T) { testBudgetE2E(t, maxConns) })
-	}
-}
-
-func TestConfigRedisMaxConnsIsBounded(t *testing.T) {
-	for conns, ok := range map[int]bool{-1: false, 0: false, 1: false, 2: true, 64: true, 65: false} {
-		c := validConfig()
-		c.RedisMaxConns = conns
-		err := c.validate()
-		if ok != (err == nil) {
-			t.Errorf("SIDELOCK_REDIS_MAX_CONNS=%d: validate() = %v", conns, err)
-		}
-		if want := fmt.Sprintf("SIDELOCK_REDIS_MAX_CONNS %d must be within [2, 64]", conns); err != nil && !strings.Contains(err.Error(), want) {
-			t.Errorf("message %q does not say %q", err, want)
-		}
-	}
-	t.Setenv("SIDELOCK_REDIS_ADDRS", "r1:6379")
-	if c, err := loadConfig(); err != nil || c.RedisMaxConns != 2 {
-		t.Errorf("default SIDELOCK_REDIS_MAX_CONNS = %d, %v; want 2", c.RedisMaxConns, err)
 	}
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/sidelock/sidelock/internal/config"
+
 	"fmt"
 	"net"
 	"time"
@@ -9,7 +11,7 @@ import (
 
 	"github.com/sidelock/sidelock/internal/connlimit"
 	"github.com/sidelock/sidelock/internal/framing"
-	"github.com/sidelock/sidelock/pkg/metrics"
+	"github.com/sidelock/sidelock/internal/metrics"
 )
 
 // The descriptor budget. The lock API's connections (SIDELOCK_MAX_CONNS)
@@ -38,9 +40,6 @@ const (
 	// fdSlack covers what is not counted above (a second redial, a
 	// connection the kernel has not finished closing).
 	fdSlack = 64
-	// Bounds of SIDELOCK_MAX_CONNS before the descriptor limit is known.
-	minMaxConns = 16
-	maxMaxConns = 1 << 20
 )
 
 // fdReserve is how many descriptors the process keeps out of the lock
@@ -96,7 +95,7 @@ func listenerStats(l *connlimit.Listener) func() metrics.ListenerStats {
 
 // countMasters is how many Redis masters the sidecar connects to (none in
 // dev mode, whose masters are in memory).
-func countMasters(cfg config, groups []groupSpec) int {
+func countMasters(cfg config.Config, groups []config.GroupSpec) int {
 	if cfg.Dev {
 		return 0
 	}
@@ -117,7 +116,7 @@ type listeners struct {
 // listen opens the lock API's listener under SIDELOCK_MAX_CONNS and the
 // admin listener under its own small cap: each has its own descriptors,
 // so neither can starve the other.
-func listen(cfg config, reg prometheus.Registerer) (listeners, error) {
+func listen(cfg config.Config, reg prometheus.Registerer) (listeners, error) {
 	apiLn, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return listeners{}, fmt.Errorf("lock API: %w", err)

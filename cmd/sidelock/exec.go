@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/pkg/client"
-	"github.com/sidelock/sidelock/pkg/lease"
 )
 
 // Exit codes of `sidelock exec`, besides the command's own code. They

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/redistest"
-	"github.com/sidelock/sidelock/pkg/shard"
+	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/shard"
 )
 
 // groupsEnv is SIDELOCK_REDIS_GROUPS for named groups of real masters.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/sidelock/sidelock/internal/config"
+
 	"context"
 	"crypto/tls"
 	"errors"
@@ -18,7 +20,7 @@ import (
 
 	"github.com/lmittmann/tint"
 
-	"github.com/sidelock/sidelock/pkg/injector"
+	"github.com/sidelock/sidelock/internal/injector"
 )
 
 // injectorOptions are the settings of `sidelock injector`: flags, each
@@ -81,7 +83,7 @@ func parseInjector(args []string, getenv func(string) string, stderr io.Writer) 
 	if o.logFormat != "text" && o.logFormat != "json" {
 		errs = append(errs, fmt.Errorf("-log-format must be text or json, not %q", o.logFormat))
 	}
-	if _, err := parseLevel(o.logLevel); err != nil {
+	if _, err := config.ParseLevel(o.logLevel); err != nil {
 		errs = append(errs, fmt.Errorf("-log-level: %w", err))
 	}
 	if o.shutdownDelay < 0 {
@@ -101,7 +103,7 @@ func runInjector(ctx context.Context, args []string, getenv func(string) string,
 	if err != nil {
 		return err
 	}
-	level, _ := parseLevel(o.logLevel)
+	level, _ := config.ParseLevel(o.logLevel)
 	var log *slog.Logger
 	if o.logFormat == "json" {
 		log = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))

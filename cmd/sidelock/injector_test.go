@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/injector"
+	"github.com/sidelock/sidelock/internal/injector"
 )
 
 // lockedBuffer collects a log written from several goroutines.
@@ -138,7 +138,7 @@ func injectorEnv(t *testing.T) (env map[string]string, pool *x509.CertPool, cert
 		"SIDELOCK_INJECTOR_LISTEN_ADDR":    "127.0.0.1:0",
 		"SIDELOCK_INJECTOR_TLS_CERT_FILE":  certFile,
 		"SIDELOCK_INJECTOR_TLS_KEY_FILE":   keyFile,
-		"SIDELOCK_INJECTOR_SIDECAR_SPEC":   "../../pkg/injector/testdata/sidecar.json",
+		"SIDELOCK_INJECTOR_SIDECAR_SPEC":   "../../internal/injector/testdata/sidecar.json",
 		"SIDELOCK_INJECTOR_LOG_FORMAT":     "json",
 		"SIDELOCK_INJECTOR_SHUTDOWN_DELAY": "0s",
 	}, pool, certFile, keyFile

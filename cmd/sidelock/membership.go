@@ -1,14 +1,16 @@
 package main
 
 import (
+	"github.com/sidelock/sidelock/internal/config"
+
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/health"
-	"github.com/sidelock/sidelock/pkg/membership"
+	"github.com/sidelock/sidelock/internal/health"
+	"github.com/sidelock/sidelock/internal/membership"
 )
 
 // Every group's master list is recorded on its masters (package
@@ -23,11 +25,11 @@ const membershipEvery = 10 * time.Second
 // membershipTTL is how long a record outlives its last check: past every
 // check interval (with room for one missed), and past the keys a sidecar
 // on that list may have left on the masters.
-func (c config) membershipTTL() time.Duration { return 3*membershipEvery + 2*c.KeyTTL }
+func membershipTTL(c config.Config) time.Duration { return 3*membershipEvery + 2*c.KeyTTL }
 
 // checkMembership records every group's list once; it refuses to start on
 // a split and logs masters it could not ask.
-func checkMembership(ctx context.Context, cfg config, groups []quorumGroup, log *slog.Logger) error {
+func checkMembership(ctx context.Context, cfg config.Config, groups []quorumGroup, log *slog.Logger) error {
 	var errs []error
 	for _, g := range groups {
 		if err := checkGroupMembership(ctx, cfg, g, log); errors.Is(err, membership.ErrSplitMembership) {
@@ -40,8 +42,8 @@ func checkMembership(ctx context.Context, cfg config, groups []quorumGroup, log 
 	return nil
 }
 
-func checkGroupMembership(ctx context.Context, cfg config, g quorumGroup, log *slog.Logger) error {
-	res, err := membership.Check(ctx, cfg.KeyPrefix, g.name, g.addrs, g.nodes, cfg.membershipTTL(), cfg.NodeTimeout*4)
+func checkGroupMembership(ctx context.Context, cfg config.Config, g quorumGroup, log *slog.Logger) error {
+	res, err := membership.Check(ctx, cfg.KeyPrefix, g.name, g.addrs, g.nodes, membershipTTL(cfg), cfg.NodeTimeout*4)
 	for _, f := range res.Unanswered {
 		log.Debug("member list not recorded on a master", "group", g.name, "master", f.Addr, "err", f.Err)
 	}
@@ -50,7 +52,7 @@ func checkGroupMembership(ctx context.Context, cfg config, g quorumGroup, log *s
 
 // watchMembership checks every membershipEvery until ctx ends, vetoing a
 // group whose list is split and lifting the veto once it no longer is.
-func watchMembership(ctx context.Context, cfg config, groups []quorumGroup, checker *health.Checker, log *slog.Logger) {
+func watchMembership(ctx context.Context, cfg config.Config, groups []quorumGroup, checker *health.Checker, log *slog.Logger) {
 	t := time.NewTicker(membershipEvery)
 	defer t.Stop()
 	vetoed := make([]bool, len(groups))

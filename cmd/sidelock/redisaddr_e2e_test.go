@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/redistest"
+	"github.com/sidelock/sidelock/internal/redistest"
 )
 
 // urlPassword needs percent-encoding in a URL (@ , ; / :), so the test

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/sidelock/sidelock/internal/config"
+
 	"context"
 	"errors"
 	"flag"
@@ -18,9 +20,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sidelock/sidelock/httpapi"
-	"github.com/sidelock/sidelock/pkg/health"
-	"github.com/sidelock/sidelock/pkg/lease"
-	"github.com/sidelock/sidelock/pkg/metrics"
+	"github.com/sidelock/sidelock/internal/health"
+	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/metrics"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
@@ -55,12 +57,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	default:
 		return fmt.Errorf("unknown command %q (commands: serve, exec, injector)", sub)
 	}
-	cfg, err := loadConfig()
+	cfg, err := config.Load()
 	if err != nil {
 		return err
 	}
 	cfg.Dev = cfg.Dev || *dev
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return serve(ctx, cfg, getenv, stdout, stderr)
@@ -70,21 +72,21 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintf(w, "usage: sidelock [-dev] [serve]\n       sidelock exec [flags] NAME -- COMMAND [ARGS...]   (sidelock exec -h)\n       sidelock injector [flags]   (sidelock injector -h)\n\nflags:\n")
 	fs.PrintDefaults()
 	fmt.Fprintf(w, "\nconfiguration (environment):\n")
-	_ = envconfigUsage(w)
+	_ = config.Usage(w)
 }
 
 // serve runs the sidecar until ctx ends, then ends every held lease.
-func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, stderr io.Writer) error {
+func serve(ctx context.Context, cfg config.Config, getenv func(string) string, stdout, stderr io.Writer) error {
 	log := newLogger(cfg, getenv, stderr)
 	redis.SetLogger(redisLogger{log}) // go-redis logs globally; route it through slog
-	current, previous, err := cfg.groups()
+	current, previous, err := cfg.Groups()
 	if err != nil {
 		return err
 	}
-	if err := checkConnBudget(cfg.MaxConns, cfg.RedisMaxConns, countMasters(cfg, unionGroups(current, previous)), openFileLimit()); err != nil {
+	if err := checkConnBudget(cfg.MaxConns, cfg.RedisMaxConns, countMasters(cfg, config.UnionGroups(current, previous)), openFileLimit()); err != nil {
 		return err
 	}
-	groups, err := buildGroups(cfg, unionGroups(current, previous))
+	groups, err := buildGroups(cfg, config.UnionGroups(current, previous))
 	defer closeGroups(groups)
 	if err != nil {
 		return err
@@ -99,7 +101,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 	}
 	checker, err := health.New(nodes, groups[0].locker.Quorum(), health.Config{
 		Interval: cfg.HealthInterval, InfoMaxAge: cfg.HealthInfoMaxAge, Timeout: cfg.NodeTimeout, OnChange: logHealthChange(log),
-		RestartGuard: cfg.restartGuard(), MastersPersistent: cfg.MastersPersistent, Fencing: cfg.Fencing,
+		RestartGuard: cfg.EffectiveRestartGuard(), MastersPersistent: cfg.MastersPersistent, Fencing: cfg.Fencing,
 		SetEligible: setEligible(groups), Logger: log,
 		Groups: healthGroups(groups), ReadyPolicy: health.ReadyPolicy(cfg.ReadyPolicy),
 	})
@@ -164,7 +166,7 @@ func serve(ctx context.Context, cfg config, getenv func(string) string, stdout, 
 // shutdown stops taking acquisitions, ends every held lease (leaving its
 // keys to lapse at the valid_until it promised), then closes the
 // listeners, all within the shutdown timeout.
-func shutdown(cfg config, log *slog.Logger, leases *lease.Manager, servers ...*http.Server) error {
+func shutdown(cfg config.Config, log *slog.Logger, leases *lease.Manager, servers ...*http.Server) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	held := leases.Len()
@@ -197,23 +199,23 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 // buildNodes connects to the masters (in-memory ones in dev mode). A node
 // is given the master's host:port alone, as that is what it shows in
 // health reports and metric labels; its credentials go to AUTH only.
-func buildNodes(cfg config, masters []masterAddr) ([]redlock.Node, error) {
+func buildNodes(cfg config.Config, masters []config.MasterAddr) ([]redlock.Node, error) {
 	if cfg.Dev {
-		nodes := make([]redlock.Node, devMasters)
+		nodes := make([]redlock.Node, config.DevMasters)
 		for i := range nodes {
 			nodes[i] = memnode.New(fmt.Sprintf("memory-%d", i+1))
 		}
 		return nodes, nil
 	}
-	tlsCfg, err := cfg.tlsConfig()
+	tlsCfg, err := cfg.TLSConfig()
 	if err != nil {
 		return nil, err
 	}
 	nodes := make([]redlock.Node, len(masters))
 	for i, m := range masters {
-		username, password := m.credentials(cfg)
+		username, password := m.Credentials(cfg)
 		nodes[i] = redisnode.New(redisnode.Options{
-			Addr: m.hostPort, Username: username, Password: password, TLS: tlsCfg,
+			Addr: m.String(), Username: username, Password: password, TLS: tlsCfg,
 			MaxConns: cfg.RedisMaxConns,
 		})
 	}
@@ -273,8 +275,8 @@ func checkIndependence(ctx context.Context, nodes []redlock.Node, log *slog.Logg
 	return nil
 }
 
-func newLogger(cfg config, getenv func(string) string, w io.Writer) *slog.Logger {
-	level, _ := parseLevel(cfg.LogLevel) // validated already
+func newLogger(cfg config.Config, getenv func(string) string, w io.Writer) *slog.Logger {
+	level, _ := config.ParseLevel(cfg.LogLevel) // validated already
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 	}
@@ -292,14 +294,6 @@ func colourful(w io.Writer, getenv func(string) string) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return l, fmt.Errorf("%q is not debug, info, warn or error", s)
-	}
-	return l, nil
 }
 
 func printQuickStart(w io.Writer, apiAddr string) {

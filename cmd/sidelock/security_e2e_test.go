@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/redistest"
+	"github.com/sidelock/sidelock/internal/redistest"
 )
 
 // Secrets of the security tests: distinctive, so a leak is unmistakable.

@@ -13,8 +13,8 @@ import (
 
 	fencedresource "github.com/sidelock/sidelock/examples/fenced-resource"
 	"github.com/sidelock/sidelock/httpapi"
-	"github.com/sidelock/sidelock/pkg/lease"
-	"github.com/sidelock/sidelock/pkg/redistest"
+	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/redistest"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/redistest"
+	"github.com/sidelock/sidelock/internal/redistest"
 )
 
 // binaryEnv names a prebuilt sidecar to measure instead of building

@@ -16,10 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
 
-	"github.com/sidelock/sidelock/pkg/injector"
+	"github.com/sidelock/sidelock/internal/injector"
 )
 
-// Helpers that run the injector (pkg/injector, the code `sidelock
+// Helpers that run the injector (internal/injector, the code `sidelock
 // injector` serves) on the chart's own spec, speaking to it in the
 // Kubernetes API types, and apply its patch with the JSON-patch library the
 // API server uses. This is how a rendered chart is checked end to end

@@ -34,7 +34,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/sidelock/sidelock/pkg/injector"
+	"github.com/sidelock/sidelock/internal/injector"
 )
 
 // injectorWant is what the injector's objects must say for some values.
@@ -650,7 +650,7 @@ func compareInjected(t *testing.T, base string, annotations map[string]string, v
 	}
 }
 
-// The spec in pkg/injector/testdata, which its unit tests use, is what the
+// The spec in internal/injector/testdata, which its unit tests use, is what the
 // chart renders with default values (UPDATE_GOLDEN=1 rewrites it).
 func TestInjectorTestdataIsTheChartsSpec(t *testing.T) {
 	r, err := render(loadChart(t), nil, releaseName)
@@ -658,7 +658,7 @@ func TestInjectorTestdataIsTheChartsSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, spec := injectorSpecOf(t, r.objs)
-	const golden = "../../pkg/injector/testdata/sidecar.json"
+	const golden = "../../internal/injector/testdata/sidecar.json"
 	if os.Getenv("UPDATE_GOLDEN") != "" {
 		if err := os.WriteFile(golden, spec, 0o644); err != nil {
 			t.Fatal(err)

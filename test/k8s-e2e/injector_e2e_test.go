@@ -34,7 +34,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/sidelock/sidelock/pkg/injector"
+	"github.com/sidelock/sidelock/internal/injector"
 )
 
 // The tests run one real control plane (etcd and kube-apiserver, built

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sidelock/sidelock/pkg/injector"
+	"github.com/sidelock/sidelock/internal/injector"
 )
 
 // The chart, rendered as `helm install` would into namespace payments.

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/health"
-	"github.com/sidelock/sidelock/pkg/lease"
-	"github.com/sidelock/sidelock/pkg/redistest"
+	"github.com/sidelock/sidelock/internal/health"
+	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/redistest"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/internal/lease"
 )
 
 // Scenario tests: one fixed schedule each, in a bubble, reproducing a

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/internal/lease"
 )
 
 // The oracle. It judges a finished run's history against four promises:

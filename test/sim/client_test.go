@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/internal/lease"
 )
 
 // client is one caller process in a pod: it talks to whatever sidecar

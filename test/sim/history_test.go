@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/health"
-	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/internal/health"
+	"github.com/sidelock/sidelock/internal/lease"
 )
 
 // The history: everything callers saw (on the virtual clock, which every

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/internal/lease"
 )
 
 // The oracle's own tests: each check must fire on a small hand-made

@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/health"
-	"github.com/sidelock/sidelock/pkg/lease"
-	"github.com/sidelock/sidelock/pkg/membership"
+	"github.com/sidelock/sidelock/internal/health"
+	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/membership"
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/lease"
+	"github.com/sidelock/sidelock/internal/lease"
 )
 
 // TestSim runs seeded random simulations until the wall-time budget is

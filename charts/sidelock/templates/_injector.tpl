@@ -38,7 +38,7 @@ app.kubernetes.io/component: injector
 
 {{/*
 sidelock.injectorSpec is the injector's sidecar spec (JSON, see
-pkg/injector.Spec): the container that the `sidelock.sidecar` template
+internal/injector.Spec): the container that the `sidelock.sidecar` template
 renders, so that injected and hand-included sidecars are one and the same.
 It is rendered with the readiness probe on; readinessByDefault carries
 sidecar.readinessProbe.enabled and the sidelock.io/readiness-probe

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/pkg/redistest"
+	"github.com/sidelock/sidelock/internal/redistest"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )
 

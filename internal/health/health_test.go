@@ -1,0 +1,149 @@
+package health_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sidelock/sidelock/internal/health"
+	"github.com/sidelock/sidelock/pkg/redlock"
+	"github.com/sidelock/sidelock/pkg/redlock/memnode"
+)
+
+func TestReadyOnlyWithAQuorum(t *testing.T) {
+	mem := []*memnode.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
+	nodes := []redlock.Node{mem[0], mem[1], mem[2]}
+	var changes []string
+	c, err := health.New(nodes, 2, health.Config{OnChange: func(prev, cur health.Report) {
+		changes = append(changes, fmt.Sprintf("%d->%d", prev.Up, cur.Up))
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Report().Ready {
+		t.Fatal("ready before the first check")
+	}
+	steps := []struct {
+		down  []int
+		ready bool
+		up    int
+	}{
+		{nil, true, 3},
+		{[]int{0}, true, 2},
+		{[]int{0, 1}, false, 1},
+		{[]int{0, 1, 2}, false, 0},
+		{nil, true, 3},
+	}
+	for _, s := range steps {
+		for i, m := range mem {
+			m.SetDown(false)
+			for _, d := range s.down {
+				if d == i {
+					m.SetDown(true)
+				}
+			}
+		}
+		r := c.Check(context.Background())
+		if r.Ready != s.ready || r.Up != s.up || c.Report().Ready != s.ready {
+			t.Fatalf("down=%v: %+v, want ready=%v up=%d", s.down, r, s.ready, s.up)
+		}
+		for i, n := range r.Nodes {
+			if n.Addr != mem[i].Addr() || (n.Error != "") == n.Up {
+				t.Fatalf("node %d state %+v", i, n)
+			}
+		}
+	}
+	if want := "[0->3 3->2 2->1 1->0 0->3]"; fmt.Sprint(changes) != want {
+		t.Fatalf("changes %v, want %v", changes, want)
+	}
+}
+
+func TestAHangingMasterIsDownWithinTheTimeout(t *testing.T) {
+	slow := memnode.New("slow")
+	slow.SetDelay(10 * time.Second)
+	c, _ := health.New([]redlock.Node{slow}, 1, health.Config{Timeout: 50 * time.Millisecond})
+	start := time.Now()
+	if r := c.Check(context.Background()); r.Ready {
+		t.Fatal("a hanging master counted as up")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("check took %v", took)
+	}
+}
+
+func TestNewRejectsBadQuorum(t *testing.T) {
+	if _, err := health.New([]redlock.Node{memnode.New("a")}, 2, health.Config{}); err == nil {
+		t.Fatal("quorum above the number of masters accepted")
+	}
+}
+
+// A round in which this sidecar was starved of CPU does not judge a master
+// that did not answer in time: it keeps the last conclusive verdict, so a
+// burst of requests cannot mark healthy masters down (which made every
+// acquisition "no quorum" and cost held locks their renewals). A master
+// that times out while the sidecar is not starved is down as always, and
+// so is one that refuses connections while it is.
+func TestAStarvedRoundDoesNotJudgeMastersThatTimedOut(t *testing.T) {
+	mem := []*memnode.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
+	nodes := []redlock.Node{mem[0], mem[1], mem[2]}
+	starved := false
+	eligible := make([]bool, len(nodes))
+	c, err := health.New(nodes, 2, health.Config{
+		Timeout:       20 * time.Millisecond,
+		StarvedDuring: func() func() bool { return func() bool { return starved } },
+		SetEligible:   func(i int, e redlock.Eligibility) { eligible[i] = e.Eligible },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Check(context.Background()); !r.Ready || r.Up != 3 {
+		t.Fatalf("first round: %+v", r)
+	}
+	for _, m := range mem {
+		m.SetDelay(time.Second) // every ping times out
+	}
+	starved = true
+	if r := c.Check(context.Background()); !r.Ready || r.Up != 3 || !eligible[0] || !eligible[1] || !eligible[2] {
+		t.Fatalf("a starved round marked masters that timed out down: %+v, eligible %v", r, eligible)
+	}
+	mem[2].SetDelay(0)
+	mem[2].SetDown(true) // refuses: that is an answer, starved or not
+	if r := c.Check(context.Background()); r.Up != 2 || r.Nodes[2].Up {
+		t.Fatalf("a master that refuses stayed up in a starved round: %+v", r)
+	}
+	starved = false
+	if r := c.Check(context.Background()); r.Ready || r.Up != 0 {
+		t.Fatalf("masters that time out while the sidecar is not starved stayed up: %+v", r)
+	}
+}
+
+// A starved round that repeats the last verdict also repeats what it
+// vouched for: a connection opened since (a master that may have restarted
+// behind it) is not counted until a conclusive round judges it.
+func TestAStarvedRoundVouchesForNoNewConnection(t *testing.T) {
+	m := memnode.New("a")
+	node := &countingNode{infoNode: infoNode{m}}
+	starved := false
+	var judgedAt uint64
+	c, err := health.New([]redlock.Node{node}, 1, health.Config{
+		Timeout:       20 * time.Millisecond,
+		StarvedDuring: func() func() bool { return func() bool { return starved } },
+		SetEligible:   func(_ int, e redlock.Eligibility) { judgedAt = e.JudgedAt },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Check(context.Background())
+	node.opened.Add(1) // a reconnect between rounds
+	m.SetDelay(time.Second)
+	starved = true
+	if r := c.Check(context.Background()); !r.Ready || judgedAt != 0 {
+		t.Fatalf("starved round: ready %v, vouches for connections up to %d; want the last verdict, up to 0", r.Ready, judgedAt)
+	}
+	m.SetDelay(0)
+	starved = false
+	if c.Check(context.Background()); judgedAt != 1 {
+		t.Fatalf("conclusive round vouches up to %d, want 1", judgedAt)
+	}
+}

@@ -1,0 +1,342 @@
+package injector
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math/big"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sidelock/sidelock/internal/lease"
+)
+
+// Labels and annotations of the injector.
+const (
+	// Prefix of every label and annotation the injector reads or writes.
+	Prefix = "sidelock.io/"
+	// InjectLabel opts a pod in; the webhook's objectSelector matches it,
+	// so the API server never sends the injector any other pod.
+	InjectLabel = Prefix + "inject"
+	// StatusAnnotation marks a pod the injector has handled, which makes
+	// injection idempotent (reinvocation, replays).
+	StatusAnnotation = Prefix + "status"
+	// StatusInjected is the value of StatusAnnotation on injected pods.
+	StatusInjected = "injected"
+	// ComponentLabel set to ComponentInjector marks the injector's own
+	// pods, which it never touches.
+	ComponentLabel    = Prefix + "component"
+	ComponentInjector = "injector"
+)
+
+// Annotation is one per-pod setting of the sidecar.
+type Annotation struct {
+	Key     string // full annotation key
+	Example string
+	Help    string
+	apply   func(o *overrides, v string) error
+}
+
+// overrides is a container being adjusted to a pod's annotations.
+type overrides struct {
+	c         container
+	readiness bool
+}
+
+// Annotations are the settings a pod can tune, the same for every pod of
+// the release otherwise. Deliberately few: what is safe to vary per pod.
+// The key TTL, node timeout, masters and fencing are not among them: they
+// must agree across every sidecar sharing the masters (the masters'
+// restart delay is chosen against the key TTL), so they are chart values.
+var Annotations = []Annotation{
+	{Key: Prefix + "default-ttl", Example: "30s", Help: "SIDELOCK_DEFAULT_TTL: lock TTL when a request gives none; Go duration, 1s to max-ttl",
+		apply: setDuration(envDefaultTTL)},
+	{Key: Prefix + "max-ttl", Example: "1h", Help: "SIDELOCK_MAX_TTL: longest TTL a request may ask for; Go duration, at least the key TTL (and at most the fence retention when fencing)",
+		apply: setDuration(envMaxTTL)},
+	{Key: Prefix + "key-prefix", Example: "orders:", Help: "SIDELOCK_KEY_PREFIX: prefix of the lock keys in Redis; 1-64 bytes of A-Z a-z 0-9 . _ / - ending in its only ':', so that no two prefixes' keys collide",
+		apply: setKeyPrefix},
+	{Key: Prefix + "log-level", Example: "debug", Help: "SIDELOCK_LOG_LEVEL: debug, info, warn or error",
+		apply: setLogLevel},
+	{Key: Prefix + "listen-port", Example: "7420", Help: "port of the lock API on 127.0.0.1 (SIDELOCK_LISTEN_ADDR)",
+		apply: setListenPort},
+	{Key: Prefix + "admin-port", Example: "7421", Help: "admin port (/healthz, /readyz, /metrics): containerPort sidelock-admin and SIDELOCK_ADMIN_ADDR",
+		apply: setAdminPort},
+	{Key: Prefix + "readiness-probe", Example: "false", Help: "true or false: whether the sidecar's /readyz (quorum) counts toward the pod's readiness",
+		apply: setReadiness},
+	{Key: Prefix + "cpu-request", Example: "20m", Help: "resources.requests.cpu of the sidecar (a Kubernetes quantity)",
+		apply: setResource("requests", "cpu")},
+	{Key: Prefix + "memory-request", Example: "32Mi", Help: "resources.requests.memory",
+		apply: setResource("requests", "memory")},
+	{Key: Prefix + "cpu-limit", Example: "200m", Help: "resources.limits.cpu",
+		apply: setResource("limits", "cpu")},
+	{Key: Prefix + "memory-limit", Example: "128Mi", Help: "resources.limits.memory",
+		apply: setResource("limits", "memory")},
+}
+
+// errInvalid marks a problem with the pod (a denial), as opposed to a
+// failure of the injector: errors.Is(err, errInvalid).
+var errInvalid = errors.New("invalid pod")
+
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == errInvalid }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{fmt.Sprintf(format, args...)}
+}
+
+// applyAnnotations applies the pod's sidelock.io annotations to c, then
+// checks the combination, and returns the problems at once (the first few:
+// see problemList). Unknown sidelock.io/ annotations are refused: a typo
+// must not silently leave a default in place.
+func applyAnnotations(s *Spec, c container, annotations sidelockEntries) error {
+	if n := annotations.prefixed; n > maxSidelockAnnotations {
+		return invalidf("%d %s annotations, at most %d (known: %s)", n, Prefix, maxSidelockAnnotations, strings.Join(annotationKeys(), ", "))
+	}
+	var problems problemList
+	var unknown []string
+	o := &overrides{c: c, readiness: s.ReadinessByDefault}
+	for _, key := range slices.Sorted(maps.Keys(annotations.kept)) {
+		if key == StatusAnnotation || key == InjectLabel {
+			continue
+		}
+		i := slices.IndexFunc(Annotations, func(a Annotation) bool { return a.Key == key })
+		if i < 0 {
+			unknown = append(unknown, clip(key, maxQuotedBytes))
+			continue
+		}
+		if err := applyAnnotation(Annotations[i], o, annotations.get(key)); err != nil {
+			problems.add(err)
+		}
+	}
+	if len(unknown) > 0 {
+		problems.add(unknownAnnotations(unknown))
+	}
+	if !o.readiness {
+		delete(c, "readinessProbe")
+	}
+	if problems.err() == nil {
+		for _, err := range checkCombination(c) {
+			problems.add(err)
+		}
+	}
+	return problems.err()
+}
+
+// applyAnnotation applies one annotation; a value too long to be valid is
+// refused without being quoted.
+func applyAnnotation(a Annotation, o *overrides, value string) error {
+	if len(value) > maxAnnotationValueBytes {
+		return invalidf("%s: a value of %d bytes, at most %d", a.Key, len(value), maxAnnotationValueBytes)
+	}
+	if err := a.apply(o, value); err != nil {
+		return invalidf("%s: %v", a.Key, err)
+	}
+	return nil
+}
+
+// unknownAnnotations is one problem for all the unknown keys, naming the
+// first few and the known ones once.
+func unknownAnnotations(keys []string) error {
+	named := strings.Join(keys[:min(len(keys), maxReportedProblems)], ", ")
+	if more := len(keys) - maxReportedProblems; more > 0 {
+		named += fmt.Sprintf(" and %d more", more)
+	}
+	return invalidf("unknown annotation %s (known: %s)", named, strings.Join(annotationKeys(), ", "))
+}
+
+func annotationKeys() []string {
+	keys := make([]string, len(Annotations))
+	for i, a := range Annotations {
+		keys[i] = a.Key
+	}
+	return keys
+}
+
+// minTTL is the smallest TTL the sidecar accepts.
+const minTTL = time.Second
+
+func setDuration(envName string) func(o *overrides, v string) error {
+	return func(o *overrides, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < minTTL {
+			return fmt.Errorf("%s is not a duration of at least %v (e.g. 30s, 5m, 1h)", quote(v), minTTL)
+		}
+		o.c.setEnv(envName, v)
+		return nil
+	}
+}
+
+// setKeyPrefix applies the sidecar's own rule (lease.ValidateKeyPrefix),
+// so that a prefix it would refuse at start, or one whose keys could reach
+// another prefix's fence counters, is refused at admission.
+func setKeyPrefix(o *overrides, v string) error {
+	if err := lease.ValidateKeyPrefix(v); err != nil {
+		return fmt.Errorf("%s %w", quote(v), err)
+	}
+	o.c.setEnv(envKeyPrefix, v)
+	return nil
+}
+
+func setLogLevel(o *overrides, v string) error {
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, v) {
+		return fmt.Errorf("%s is not debug, info, warn or error", quote(v))
+	}
+	o.c.setEnv(envLogLevel, v)
+	return nil
+}
+
+func parsePort(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != v {
+		return 0, fmt.Errorf("%s is not a port number (1-65535)", quote(v))
+	}
+	return n, nil
+}
+
+// withPort replaces the port of a host:port, keeping the host.
+func withPort(addr string, port int) string {
+	host, _, _ := net.SplitHostPort(addr) // checked by ParseSpec
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+func setListenPort(o *overrides, v string) error {
+	n, err := parsePort(v)
+	if err != nil {
+		return err
+	}
+	addr, _ := o.c.env(envListenAddr)
+	o.c.setEnv(envListenAddr, withPort(addr, n))
+	return nil
+}
+
+// setAdminPort moves the admin listener and its containerPort together;
+// the probes follow, as they name the port.
+func setAdminPort(o *overrides, v string) error {
+	n, err := parsePort(v)
+	if err != nil {
+		return err
+	}
+	addr, _ := o.c.env(envAdminAddr)
+	o.c.setEnv(envAdminAddr, withPort(addr, n))
+	o.c.adminPort()["containerPort"] = json.Number(strconv.Itoa(n))
+	return nil
+}
+
+func setReadiness(o *overrides, v string) error {
+	switch v {
+	case "true", "false":
+		o.readiness = v == "true"
+		return nil
+	}
+	return fmt.Errorf("%s is not true or false", quote(v))
+}
+
+func setResource(kind, name string) func(o *overrides, v string) error {
+	return func(o *overrides, v string) error {
+		q, err := parseQuantity(v)
+		if err != nil {
+			return err
+		}
+		if q.Sign() <= 0 {
+			return fmt.Errorf("%s is not positive", quote(v))
+		}
+		o.c.resources(kind)[name] = v
+		return nil
+	}
+}
+
+// checkCombination checks what the overrides may have broken, with the
+// rules the sidecar applies at start, so that a bad combination is refused
+// at admission instead of crash-looping the sidecar.
+func checkCombination(c container) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
+	listen, _ := c.env(envListenAddr)
+	admin, _ := c.env(envAdminAddr)
+	if _, lp, _ := net.SplitHostPort(listen); lp == portOf(admin) {
+		bad("the lock API (%s=%s) and the admin port (%s=%s) must differ", envListenAddr, listen, envAdminAddr, admin)
+	}
+	dur := func(name string) (time.Duration, bool) {
+		v, ok := c.env(name)
+		if !ok {
+			return 0, false
+		}
+		d, err := time.ParseDuration(v)
+		return d, err == nil
+	}
+	maxTTL, okMax := dur(envMaxTTL)
+	if def, ok := dur(envDefaultTTL); ok && okMax && def > maxTTL {
+		bad("default TTL %v (%s) exceeds max TTL %v (%s)", def, Prefix+"default-ttl", maxTTL, Prefix+"max-ttl")
+	}
+	if key, ok := dur(envKeyTTL); ok && okMax && key > maxTTL {
+		bad("max TTL %v (%s) is below the sidecar's key TTL %v (sidecar.config.keyTTL)", maxTTL, Prefix+"max-ttl", key)
+	}
+	if fencing, _ := c.env(envFencing); fencing == "true" {
+		if ret, ok := dur(envFenceRetention); ok && okMax && maxTTL > ret {
+			bad("max TTL %v (%s) exceeds the fence retention %v (sidecar.config.fenceRetention)", maxTTL, Prefix+"max-ttl", ret)
+		}
+	}
+	for _, kind := range []string{"cpu", "memory"} {
+		req, okReq := c.resource("requests", kind)
+		lim, okLim := c.resource("limits", kind)
+		if !okReq || !okLim {
+			continue
+		}
+		r, err1 := parseQuantity(req)
+		l, err2 := parseQuantity(lim)
+		if err1 == nil && err2 == nil && r.Cmp(l) > 0 {
+			bad("%s request %s exceeds its limit %s (%s-request, %s-limit)", kind, req, lim, Prefix+kind, Prefix+kind)
+		}
+	}
+	return errs
+}
+
+func portOf(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}
+
+// quantityRE is the grammar of a Kubernetes resource quantity
+// (k8s.io/apimachinery/pkg/api/resource): a signed decimal number and a
+// binary (Ki..Ei) or decimal (n, u, m, k, M..E) suffix or an exponent.
+var quantityRE = regexp.MustCompile(`^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$`)
+
+var suffixes = map[string]*big.Rat{
+	"": big.NewRat(1, 1), "n": big.NewRat(1, 1e9), "u": big.NewRat(1, 1e6), "m": big.NewRat(1, 1e3),
+	"k": big.NewRat(1e3, 1), "M": big.NewRat(1e6, 1), "G": big.NewRat(1e9, 1), "T": big.NewRat(1e12, 1),
+	"P": big.NewRat(1e15, 1), "E": big.NewRat(1e18, 1),
+	"Ki": big.NewRat(1<<10, 1), "Mi": big.NewRat(1<<20, 1), "Gi": big.NewRat(1<<30, 1), "Ti": big.NewRat(1<<40, 1),
+	"Pi": big.NewRat(1<<50, 1), "Ei": big.NewRat(1<<60, 1),
+}
+
+// parseQuantity parses a Kubernetes quantity into an exact value.
+func parseQuantity(s string) (*big.Rat, error) {
+	m := quantityRE.FindStringSubmatch(s)
+	if m == nil || len(s) > 32 {
+		return nil, fmt.Errorf("%s is not a Kubernetes quantity (e.g. 100m, 0.5, 64Mi, 1G)", quote(s))
+	}
+	num, ok := new(big.Rat).SetString(m[1])
+	if !ok {
+		return nil, fmt.Errorf("%s is not a Kubernetes quantity", quote(s))
+	}
+	suffix := m[2]
+	if f, ok := suffixes[suffix]; ok {
+		return num.Mul(num, f), nil
+	}
+	exp, err := strconv.Atoi(suffix[1:])
+	if err != nil || exp < -30 || exp > 30 {
+		return nil, fmt.Errorf("%s: exponent out of range", quote(s))
+	}
+	pow := new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(max(exp, -exp))), nil))
+	if exp < 0 {
+		pow.Inv(pow)
+	}
+	return num.Mul(num, pow), nil
+}
