@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/shard"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
-	"github.com/sidelock/sidelock/internal/shard"
 )
 
 // sidecarGroups opens a sidecar's own connections to each group's real

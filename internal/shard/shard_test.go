@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/shard"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
-	"github.com/sidelock/sidelock/internal/shard"
 )
 
 const ttl = 10 * time.Second

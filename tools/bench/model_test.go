@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/tools/scale"
 	"github.com/sidelock/sidelock/internal/health"
 	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/internal/redistest"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
+	"github.com/sidelock/sidelock/tools/scale"
 )
 
 // BenchmarkCostModel measures the inputs of the fleet cost model in

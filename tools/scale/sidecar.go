@@ -17,9 +17,9 @@ import (
 	"github.com/sidelock/sidelock/internal/health"
 	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/internal/metrics"
+	"github.com/sidelock/sidelock/internal/shard"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
-	"github.com/sidelock/sidelock/internal/shard"
 )
 
 // SidecarConfig sets what a simulated sidecar may differ in from the
