@@ -12,9 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -119,7 +117,7 @@ func runInjector(ctx context.Context, args []string, getenv func(string) string,
 	if err != nil {
 		return err
 	}
-	certs, err := newCertReloader(o.certFile, o.keyFile, log)
+	certs, err := injector.NewCertReloader(o.certFile, o.keyFile, injector.CertCheckInterval, log)
 	if err != nil {
 		return err
 	}
@@ -170,76 +168,4 @@ func runInjector(ctx context.Context, args []string, getenv func(string) string,
 	}
 	log.Info("injector stopped")
 	return nil
-}
-
-// certCheckInterval is how often the certificate files are checked for a
-// new version (cert-manager renewals, a rotated Secret).
-var certCheckInterval = 10 * time.Second
-
-// certReloader serves the key pair in two files and picks up a new one
-// when the files change, without a restart. A pair that fails to load
-// (half-written) is logged and the previous one kept.
-type certReloader struct {
-	certFile, keyFile string
-	log               *slog.Logger
-
-	mu      sync.Mutex
-	cert    *tls.Certificate
-	stamp   string
-	checked time.Time
-}
-
-func newCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader, error) {
-	r := &certReloader{certFile: certFile, keyFile: keyFile, log: log}
-	stamp, err := r.fileStamp()
-	if err == nil {
-		err = r.load(stamp)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("serving certificate: %w", err)
-	}
-	return r, nil
-}
-
-// fileStamp identifies the current version of both files. Secret volumes
-// swap a symlink; Stat follows it.
-func (r *certReloader) fileStamp() (string, error) {
-	var b strings.Builder
-	for _, f := range []string{r.certFile, r.keyFile} {
-		st, err := os.Stat(f)
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(&b, "%d/%d;", st.ModTime().UnixNano(), st.Size())
-	}
-	return b.String(), nil
-}
-
-func (r *certReloader) load(stamp string) error {
-	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
-	if err != nil {
-		return err
-	}
-	r.cert, r.stamp = &cert, stamp
-	if cert.Leaf != nil {
-		r.log.Info("serving certificate loaded", "subject", cert.Leaf.Subject.String(), "notAfter", cert.Leaf.NotAfter)
-	}
-	return nil
-}
-
-// GetCertificate is the tls.Config hook.
-func (r *certReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if now := time.Now(); now.Sub(r.checked) >= certCheckInterval {
-		r.checked = now
-		stamp, err := r.fileStamp()
-		if err == nil && stamp != r.stamp {
-			err = r.load(stamp)
-		}
-		if err != nil {
-			r.log.Warn("serving certificate not reloaded; keeping the previous one", "err", err)
-		}
-	}
-	return r.cert, nil
 }

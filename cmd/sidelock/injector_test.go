@@ -217,43 +217,7 @@ func TestInjectorServesTheWebhookOverTLS(t *testing.T) {
 	}
 }
 
-// A renewed certificate (cert-manager, rotated Secret) is served without a
-// restart.
-func TestInjectorReloadsItsCertificate(t *testing.T) {
-	old := certCheckInterval
-	certCheckInterval = 0
-	t.Cleanup(func() { certCheckInterval = old })
-	env, _, certFile, keyFile := injectorEnv(t)
-	p := startInjector(t, env)
-
-	serial := func() int64 {
-		conn, err := tls.Dial("tcp", p.addr, &tls.Config{InsecureSkipVerify: true}) // only reads the served certificate
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
-	}
-	if s := serial(); s != 1 {
-		t.Fatalf("serial %d, want 1", s)
-	}
-	time.Sleep(10 * time.Millisecond) // a distinct modification time
-	writeCert(t, certFile, keyFile, 2)
-	if s := serial(); s != 2 {
-		t.Errorf("serial %d after renewal, want 2", s)
-	}
-	// A broken pair is not taken; the previous one is kept.
-	time.Sleep(10 * time.Millisecond)
-	if err := os.WriteFile(certFile, []byte("garbage"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if s := serial(); s != 2 {
-		t.Errorf("serial %d after a broken renewal, want 2 kept", s)
-	}
-	if !strings.Contains(p.log.String(), "serving certificate not reloaded") {
-		t.Error("broken certificate not logged")
-	}
-}
+// The certificate reloader is tested in internal/injector (certs_test.go).
 
 // On SIGTERM the injector fails /readyz but keeps answering for the
 // shutdown delay, then stops cleanly.
