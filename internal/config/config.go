@@ -1,3 +1,7 @@
+// Package config is the sidecar's configuration: the SIDELOCK_* variables
+// read into a Config (Load), checked (Validate) and described (Usage) from
+// one settings table (settings.go), where each default and bound is
+// written once.
 package config
 
 import (
@@ -9,6 +13,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
@@ -17,46 +23,48 @@ import (
 )
 
 // Config is every setting, read from SIDELOCK_* environment variables.
+// The default, the bounds and the meaning of each are in the settings
+// table (settings.go), the one place they are written; a field's
+// envconfig tag names its variable there.
 type Config struct {
-	Dev               bool          `envconfig:"DEV" desc:"run with 3 in-memory masters; nothing to install"`
-	ListenAddr        string        `envconfig:"LISTEN_ADDR" default:"127.0.0.1:7420" desc:"lock API address; loopback unless SIDELOCK_API_TOKEN is set"`
-	APIToken          string        `envconfig:"API_TOKEN" desc:"bearer token every lock API request must carry (Authorization: Bearer ...); required to listen beyond loopback"`
-	AdminAddr         string        `envconfig:"ADMIN_ADDR" default:":7421" desc:"healthz, readyz and metrics address"`
-	RedisAddrs        []string      `envconfig:"REDIS_ADDRS" desc:"comma-separated N independent Redis masters, each host:port or redis://[user[:password]@]host:port (rediss:// with SIDELOCK_REDIS_TLS); a URL's credentials are used for that master only and never shown (percent-encode , ; @ : / ? # in them)"`
-	RedisGroups       string        `envconfig:"REDIS_GROUPS" desc:"instead of SIDELOCK_REDIS_ADDRS: quorum groups of independent masters, \"a1:6379,a2:6379,a3:6379;b1:6379,b2:6379,b3:6379\", optionally named \"east=a1:6379,...\", each master host:port or a redis:// URL as in SIDELOCK_REDIS_ADDRS; each lock name lives in one group (rendezvous hashing)"`
-	RedisGroupsPrev   string        `envconfig:"REDIS_GROUPS_PREVIOUS" desc:"during a change of the group list: the list before the change; names that move are held in both groups (see docs/scale.md, migration rule)"`
-	ReadyPolicy       string        `envconfig:"READY_POLICY" default:"all" desc:"with several groups, /readyz is 200 while all groups (all) or at least one group (any) has a quorum"`
-	RedisUsername     string        `envconfig:"REDIS_USERNAME" desc:"Redis ACL user of the masters listed as host:port (not with credentials in redis:// URLs)"`
-	RedisPassword     string        `envconfig:"REDIS_PASSWORD" desc:"Redis password of the masters listed as host:port (not with credentials in redis:// URLs)"`
-	RedisTLS          bool          `envconfig:"REDIS_TLS" desc:"connect to the masters over TLS"`
-	RedisTLSCAFile    string        `envconfig:"REDIS_TLS_CA_FILE" desc:"PEM CA bundle that signs the masters' certificates (default: system roots)"`
-	RedisTLSCert      string        `envconfig:"REDIS_TLS_CERT_FILE" desc:"PEM client certificate for mutual TLS"`
-	RedisTLSKey       string        `envconfig:"REDIS_TLS_KEY_FILE" desc:"PEM client key for mutual TLS"`
-	RedisMaxConns     int           `envconfig:"REDIS_MAX_CONNS" default:"2" desc:"command connections to each master, shared by every caller of the pod (2..64): one for pings and lone calls, the others for pipelines of coalesced calls; the Pub/Sub connection for waiters comes on top"`
-	KeyPrefix         string        `envconfig:"KEY_PREFIX" default:"sidelock:" desc:"namespace of the keys on the masters"`
-	NodeTimeout       time.Duration `envconfig:"NODE_TIMEOUT" default:"50ms" desc:"bound on each call to one master"`
-	DriftFactor       float64       `envconfig:"DRIFT_FACTOR" default:"0.01" desc:"clock drift allowance, as a share of the key ttl"`
-	DefaultTTL        time.Duration `envconfig:"DEFAULT_TTL" default:"30s" desc:"caller lease when none is asked for"`
-	MaxTTL            time.Duration `envconfig:"MAX_TTL" default:"1h" desc:"longest caller lease"`
-	KeyTTL            time.Duration `envconfig:"KEY_TTL" default:"10s" desc:"ttl of the keys on the masters, renewed every third of it"`
-	MaxWait           time.Duration `envconfig:"MAX_WAIT" default:"5m" desc:"longest wait for a held lock"`
-	NoQuorumRetry     time.Duration `envconfig:"NO_QUORUM_RETRY" default:"250ms" desc:"how long a try-once acquire retries rounds that found no quorum (a slow master, one being judged again) before answering 503 (0..5s; a waiting acquire retries until its wait ends)"`
-	MaxHold           time.Duration `envconfig:"MAX_HOLD" default:"24h" desc:"cap on any lease's whole life, heartbeats or held connection alike (0: none)"`
-	MaxLocks          int           `envconfig:"MAX_LOCKS" default:"4096" desc:"most leases held through this sidecar at once; beyond, acquire answers 429 too_many_locks"`
-	MaxWaiters        int           `envconfig:"MAX_WAITERS" default:"1024" desc:"most callers waiting on this sidecar at once; beyond, a waiting acquire answers 429 too_many_waiters"`
-	MaxWaitersPerName int           `envconfig:"MAX_WAITERS_PER_NAME" default:"0" desc:"most callers waiting for one lock name at once, so one hot name cannot take every waiting slot (0: a quarter of SIDELOCK_MAX_WAITERS); beyond, 429 too_many_waiters"`
-	MaxConns          int           `envconfig:"MAX_CONNS" default:"1024" desc:"most lock API connections open at once (every waiter and held stream is one, so it bounds them too); at the cap a connection that never sent a request or an idle keep-alive one is closed to make room, else the newcomer gets 429 overloaded; must fit RLIMIT_NOFILE after a reserve for the masters and the admin listener"`
-	Fencing           bool          `envconfig:"FENCING" default:"true" desc:"give every grant a fencing token (one more round to the masters on acquire)"`
-	FenceRetention    time.Duration `envconfig:"FENCE_RETENTION" default:"1h" desc:"how long a lock's fence counter outlives its last grant on a master"`
-	HealthInterval    time.Duration `envconfig:"HEALTH_INTERVAL" default:"1s" desc:"how often the masters are pinged for /readyz"`
-	HealthInfoMaxAge  time.Duration `envconfig:"HEALTH_INFO_MAX_AGE" default:"10s" desc:"longest a master's server info (run id, role, persistence) is trusted while no connection to it was reopened; rounds within it only ping (0: read it every round)"`
-	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"5s" desc:"bound on ending held leases (their keys are left to lapse at the valid_until promised) and closing the listeners at shutdown"`
-	LogFormat         string        `envconfig:"LOG_FORMAT" default:"text" desc:"text (coloured, for humans) or json"`
-	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	Dev               bool          `envconfig:"DEV"`
+	ListenAddr        string        `envconfig:"LISTEN_ADDR"`
+	APIToken          string        `envconfig:"API_TOKEN"`
+	AdminAddr         string        `envconfig:"ADMIN_ADDR"`
+	RedisAddrs        []string      `envconfig:"REDIS_ADDRS"`
+	RedisGroups       string        `envconfig:"REDIS_GROUPS"`
+	RedisGroupsPrev   string        `envconfig:"REDIS_GROUPS_PREVIOUS"`
+	ReadyPolicy       string        `envconfig:"READY_POLICY"`
+	RedisUsername     string        `envconfig:"REDIS_USERNAME"`
+	RedisPassword     string        `envconfig:"REDIS_PASSWORD"`
+	RedisTLS          bool          `envconfig:"REDIS_TLS"`
+	RedisTLSCAFile    string        `envconfig:"REDIS_TLS_CA_FILE"`
+	RedisTLSCert      string        `envconfig:"REDIS_TLS_CERT_FILE"`
+	RedisTLSKey       string        `envconfig:"REDIS_TLS_KEY_FILE"`
+	RedisMaxConns     int           `envconfig:"REDIS_MAX_CONNS"`
+	KeyPrefix         string        `envconfig:"KEY_PREFIX"`
+	NodeTimeout       time.Duration `envconfig:"NODE_TIMEOUT"`
+	DriftFactor       float64       `envconfig:"DRIFT_FACTOR"`
+	DefaultTTL        time.Duration `envconfig:"DEFAULT_TTL"`
+	MaxTTL            time.Duration `envconfig:"MAX_TTL"`
+	KeyTTL            time.Duration `envconfig:"KEY_TTL"`
+	MaxWait           time.Duration `envconfig:"MAX_WAIT"`
+	NoQuorumRetry     time.Duration `envconfig:"NO_QUORUM_RETRY"`
+	MaxHold           time.Duration `envconfig:"MAX_HOLD"`
+	MaxLocks          int           `envconfig:"MAX_LOCKS"`
+	MaxWaiters        int           `envconfig:"MAX_WAITERS"`
+	MaxWaitersPerName int           `envconfig:"MAX_WAITERS_PER_NAME"`
+	MaxConns          int           `envconfig:"MAX_CONNS"`
+	Fencing           bool          `envconfig:"FENCING"`
+	FenceRetention    time.Duration `envconfig:"FENCE_RETENTION"`
+	HealthInterval    time.Duration `envconfig:"HEALTH_INTERVAL"`
+	HealthInfoMaxAge  time.Duration `envconfig:"HEALTH_INFO_MAX_AGE"`
+	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT"`
+	LogFormat         string        `envconfig:"LOG_FORMAT"`
+	LogLevel          string        `envconfig:"LOG_LEVEL"`
 
-	// The safety guards (package health) run in every health round.
-	MastersPersistent bool          `envconfig:"MASTERS_PERSISTENT" default:"false" desc:"declare every master runs appendonly with appendfsync always, so a restarted master keeps its keys and needs no probation"`
-	RestartGuard      time.Duration `envconfig:"RESTART_GUARD" default:"0" desc:"how long a master that may have restarted empty is kept out of every quorum; 0 = SIDELOCK_KEY_TTL; at least the longest SIDELOCK_KEY_TTL of the sidecars sharing the masters"`
+	MastersPersistent bool          `envconfig:"MASTERS_PERSISTENT"`
+	RestartGuard      time.Duration `envconfig:"RESTART_GUARD"`
 }
 
 const envPrefix = "SIDELOCK"
@@ -68,28 +76,31 @@ const (
 	MaxMaxConns = 1 << 20
 )
 
+// MaxMaxLocks bounds SIDELOCK_MAX_LOCKS and SIDELOCK_MAX_WAITERS: far above
+// any pod's need (each lease costs a few KiB), low enough that a typo
+// cannot lift the memory bound that the chart's limit is derived from.
+const MaxMaxLocks = 10_000_000
+
 // DevMasters is how many in-memory masters dev mode runs: the smallest
 // number with a real quorum.
 const DevMasters = 3
 
-// Bounds of SIDELOCK_REDIS_MAX_CONNS. Below 2 there is no pipeline; above 64 a sidecar would hold
-// more connections than a master should give one pod, for pipelines that
-// coalescing keeps idle anyway.
-const (
-	minRedisMaxConns = 2
-	maxRedisMaxConns = 64
-)
-
+// Load reads the configuration from the environment: the table's
+// defaults (Defaults), and whatever variable is set instead. It does not
+// validate.
 func Load() (Config, error) {
-	var c Config
+	c := Defaults()
+	// A field whose variable is unset is left as it is (the field has no
+	// default tag: the table holds the defaults).
 	if err := envconfig.Process(envPrefix, &c); err != nil {
 		return c, fmt.Errorf("configuration: %w", err)
 	}
 	return c, nil
 }
 
-// validate stops start-up on any setting that cannot work, with one message
-// naming every problem.
+// Validate stops start-up on any setting that cannot work, with one message
+// naming every problem: every value outside its bounds in the settings
+// table, and the rules between settings.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -115,28 +126,13 @@ func (c Config) Validate() error {
 	if err := lease.ValidateKeyPrefix(c.KeyPrefix); err != nil {
 		bad("SIDELOCK_KEY_PREFIX %v", err)
 	}
-	if c.MaxLocks < 1 {
-		bad("SIDELOCK_MAX_LOCKS %d must be at least 1", c.MaxLocks)
-	}
-	if c.RedisMaxConns < minRedisMaxConns || c.RedisMaxConns > maxRedisMaxConns {
-		bad("SIDELOCK_REDIS_MAX_CONNS %d must be within [%d, %d]: one connection for pings and lone calls and at least one for pipelines; "+
-			"every caller of the pod shares them, so more than a few rarely helps", c.RedisMaxConns, minRedisMaxConns, maxRedisMaxConns)
-	}
-	if c.MaxWaiters < 1 {
-		bad("SIDELOCK_MAX_WAITERS %d must be at least 1 (use wait=0 to never wait)", c.MaxWaiters)
-	}
-	if c.MaxConns < MinMaxConns || c.MaxConns > MaxMaxConns {
-		bad("SIDELOCK_MAX_CONNS %d must be within [%d, %d] (and fit RLIMIT_NOFILE, checked at start-up)", c.MaxConns, MinMaxConns, MaxMaxConns)
-	}
-	if c.MaxWaitersPerName < 0 || c.MaxWaitersPerName > c.MaxWaiters {
-		bad("SIDELOCK_MAX_WAITERS_PER_NAME %d must be within [0, SIDELOCK_MAX_WAITERS %d] (0: a quarter of it)", c.MaxWaitersPerName, c.MaxWaiters)
-	}
+	errs = append(errs, c.checkBounds()...)
 	if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
 		bad("SIDELOCK_ADMIN_ADDR: %q is not host:port", c.AdminAddr)
 	}
 	errs = append(errs, c.validateTiming()...)
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		bad("SIDELOCK_LOG_FORMAT must be text or json, not %q", c.LogFormat)
+	if err := oneOf(envLogFormat, c.LogFormat); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := ParseLevel(c.LogLevel); err != nil {
 		bad("SIDELOCK_LOG_LEVEL: %v", err)
@@ -150,54 +146,27 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validateTiming checks that renewal can work: a round to the masters must
-// fit many times into the key ttl, and the key ttl within the caller's.
+// validateTiming checks the timing rules that are no plain bound of the
+// settings table (checkBounds has checked those): a round to the masters
+// must fit many times into the key ttl, fence counters must outlive the
+// leases, and a master that restarted empty must sit out the keys it
+// forgot.
 func (c Config) validateTiming() []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.KeyTTL < time.Second {
-		bad("SIDELOCK_KEY_TTL %v must be at least 1s", c.KeyTTL)
-	}
-	if c.KeyTTL > c.MaxTTL {
-		bad("SIDELOCK_KEY_TTL %v must not exceed SIDELOCK_MAX_TTL %v", c.KeyTTL, c.MaxTTL)
-	}
-	if c.DefaultTTL < time.Second || c.DefaultTTL > c.MaxTTL {
-		bad("SIDELOCK_DEFAULT_TTL %v must be within [1s, SIDELOCK_MAX_TTL %v]", c.DefaultTTL, c.MaxTTL)
-	}
-	if c.NodeTimeout <= 0 || c.NodeTimeout*10 > c.KeyTTL {
+	if c.NodeTimeout > 0 && c.NodeTimeout*10 > c.KeyTTL {
 		bad("SIDELOCK_NODE_TIMEOUT %v must be positive and at most a tenth of SIDELOCK_KEY_TTL %v, so renewals fit within the key ttl", c.NodeTimeout, c.KeyTTL)
-	}
-	if c.DriftFactor < 0 || c.DriftFactor >= 0.5 {
-		bad("SIDELOCK_DRIFT_FACTOR %v must be within [0, 0.5)", c.DriftFactor)
 	}
 	if c.FenceRetention < c.MaxTTL && c.Fencing {
 		bad("SIDELOCK_FENCE_RETENTION %v must be at least SIDELOCK_MAX_TTL %v", c.FenceRetention, c.MaxTTL)
 	}
-	if c.MaxHold < 0 {
-		bad("SIDELOCK_MAX_HOLD %v must not be negative", c.MaxHold)
-	}
-	if c.MaxWait < 0 {
-		bad("SIDELOCK_MAX_WAIT %v must not be negative", c.MaxWait)
-	}
-	if c.NoQuorumRetry < 0 || c.NoQuorumRetry > lease.MaxNoQuorumRetry {
-		bad("SIDELOCK_NO_QUORUM_RETRY %v must be within [0, %v]: an outage must still fail fast", c.NoQuorumRetry, lease.MaxNoQuorumRetry)
-	}
 	if c.RestartGuard != 0 && c.RestartGuard < c.KeyTTL {
 		bad("SIDELOCK_RESTART_GUARD %v must be at least SIDELOCK_KEY_TTL %v (or 0 for the key ttl): a master that restarted empty must sit out until the keys it forgot would have lapsed", c.RestartGuard, c.KeyTTL)
-	}
-	if c.HealthInterval < 10*time.Millisecond {
-		bad("SIDELOCK_HEALTH_INTERVAL %v must be at least 10ms", c.HealthInterval)
-	}
-	if c.HealthInfoMaxAge < 0 || c.HealthInfoMaxAge > time.Hour {
-		bad("SIDELOCK_HEALTH_INFO_MAX_AGE %v must be between 0 (every round) and 1h", c.HealthInfoMaxAge)
-	}
-	if c.ShutdownTimeout <= 0 {
-		bad("SIDELOCK_SHUTDOWN_TIMEOUT %v must be positive", c.ShutdownTimeout)
 	}
 	return errs
 }
 
-// restartGuard is how long the health checker keeps a master that may have
+// EffectiveRestartGuard is how long the health checker keeps a master that may have
 // restarted empty out of every quorum. In-memory masters live and die with
 // the process, so they never come back empty behind its back.
 func (c Config) EffectiveRestartGuard() time.Duration {
@@ -257,7 +226,7 @@ func checkAPIToken(token string) error {
 	return nil
 }
 
-// tlsConfig builds the client TLS settings for the masters, verifying their
+// TLSConfig builds the client TLS settings for the masters, verifying their
 // certificates against the CA file or the system roots.
 func (c Config) TLSConfig() (*tls.Config, error) {
 	if !c.RedisTLS {
@@ -284,17 +253,50 @@ func (c Config) TLSConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// Usage lists every setting with its default.
+// Usage lists every setting with its default, in the table format of
+// envconfig (tab-separated columns; the abuse harness reads the third, the
+// default), from the settings table.
 func Usage(w io.Writer) error {
-	var c Config
-	return envconfig.Usagef(envPrefix, &c, w, envconfig.DefaultTableFormat)
+	var b strings.Builder
+	b.WriteString("This application is configured via the environment. The following environment\n" +
+		"variables can be used:\n\nKEY\tTYPE\tDEFAULT\tREQUIRED\tDESCRIPTION\n")
+	for _, s := range settings {
+		doc := s.Doc
+		if r := s.Range(); r != "" {
+			doc += "; " + r
+		}
+		if len(s.Values) > 0 {
+			doc += "; " + OrList(s.Values)
+		}
+		fmt.Fprintf(&b, "%s\t%s\t%s\t\t%s\n", s.Env, typeName(s.Type()), FormatValue(s.Default), doc)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// typeName names a setting's type as envconfig's usage does.
+func typeName(t reflect.Type) string {
+	switch {
+	case t == durationType:
+		return "Duration"
+	case t.Kind() == reflect.Slice:
+		return "Comma-separated list of " + typeName(t.Elem())
+	case t.Kind() == reflect.Bool:
+		return "True or False"
+	case t.Kind() == reflect.Int:
+		return "Integer"
+	case t.Kind() == reflect.Float64:
+		return "Float"
+	}
+	return "String"
 }
 
 // ParseLevel reads SIDELOCK_LOG_LEVEL (and the injector's -log-level).
 func ParseLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return l, fmt.Errorf("%q is not debug, info, warn or error", s)
+		levels, _ := Lookup(envLogLevel)
+		return l, fmt.Errorf("%q is not %s", s, OrList(levels.Values))
 	}
 	return l, nil
 }

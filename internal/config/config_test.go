@@ -8,15 +8,11 @@ import (
 	"time"
 )
 
+// validConfig is the defaults with masters to lock on.
 func validConfig() Config {
-	return Config{
-		RedisAddrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"},
-		ListenAddr: "127.0.0.1:7420", AdminAddr: ":7421", KeyPrefix: "sidelock:",
-		NodeTimeout: 50 * time.Millisecond, DriftFactor: 0.01, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour,
-		KeyTTL: 10 * time.Second, MaxWait: 5 * time.Minute, HealthInterval: time.Second, ShutdownTimeout: 5 * time.Second,
-		LogFormat: "text", LogLevel: "info", Fencing: true, FenceRetention: time.Hour,
-		MaxLocks: 4096, MaxWaiters: 1024, MaxConns: 1024, RedisMaxConns: 2, ReadyPolicy: "all",
-	}
+	c := Defaults()
+	c.RedisAddrs = []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"}
+	return c
 }
 
 func TestConfigValidation(t *testing.T) {

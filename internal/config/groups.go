@@ -169,8 +169,8 @@ func (c Config) Groups() (current, previous []GroupSpec, err error) {
 
 func (c Config) validateGroups() []error {
 	var errs []error
-	if c.ReadyPolicy != "all" && c.ReadyPolicy != "any" {
-		errs = append(errs, fmt.Errorf("SIDELOCK_READY_POLICY must be all or any, not %q", c.ReadyPolicy))
+	if err := oneOf(envReadyPolicy, c.ReadyPolicy); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Dev {
 		return errs

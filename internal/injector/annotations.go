@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/lease"
 )
 
@@ -36,7 +37,11 @@ const (
 
 // Annotation is one per-pod setting of the sidecar.
 type Annotation struct {
-	Key     string // full annotation key
+	Key string // full annotation key
+	// Setting is the SIDELOCK_* variable the annotation overrides, whose
+	// row of the settings table (internal/config) gives the key and the
+	// bounds; "" for an annotation of the container alone.
+	Setting string
 	Example string
 	Help    string
 	apply   func(o *overrides, v string) error
@@ -54,18 +59,12 @@ type overrides struct {
 // must agree across every sidecar sharing the masters (the masters'
 // restart delay is chosen against the key TTL), so they are chart values.
 var Annotations = []Annotation{
-	{Key: Prefix + "default-ttl", Example: "30s", Help: "SIDELOCK_DEFAULT_TTL: lock TTL when a request gives none; Go duration, 1s to max-ttl",
-		apply: setDuration(envDefaultTTL)},
-	{Key: Prefix + "max-ttl", Example: "1h", Help: "SIDELOCK_MAX_TTL: longest TTL a request may ask for; Go duration, at least the key TTL (and at most the fence retention when fencing)",
-		apply: setDuration(envMaxTTL)},
-	{Key: Prefix + "key-prefix", Example: "orders:", Help: "SIDELOCK_KEY_PREFIX: prefix of the lock keys in Redis; 1-64 bytes of A-Z a-z 0-9 . _ / - ending in its only ':', so that no two prefixes' keys collide",
-		apply: setKeyPrefix},
-	{Key: Prefix + "log-level", Example: "debug", Help: "SIDELOCK_LOG_LEVEL: debug, info, warn or error",
-		apply: setLogLevel},
-	{Key: Prefix + "listen-port", Example: "7420", Help: "port of the lock API on 127.0.0.1 (SIDELOCK_LISTEN_ADDR)",
-		apply: setListenPort},
-	{Key: Prefix + "admin-port", Example: "7421", Help: "admin port (/healthz, /readyz, /metrics): containerPort sidelock-admin and SIDELOCK_ADMIN_ADDR",
-		apply: setAdminPort},
+	ofSetting(envDefaultTTL, "30s", "lock TTL when a request gives none", setDuration),
+	ofSetting(envMaxTTL, "1h", "longest TTL a request may ask for", setDuration),
+	ofSetting(envKeyPrefix, "orders:", "prefix of the lock keys in Redis", setKeyPrefix),
+	ofSetting(envLogLevel, "debug", "", setLogLevel),
+	ofPort(envListenAddr, "7420", "port of the lock API on 127.0.0.1, in", setListenPort),
+	ofPort(envAdminAddr, "7421", "admin port (/healthz, /readyz, /metrics): containerPort sidelock-admin and", setAdminPort),
 	{Key: Prefix + "readiness-probe", Example: "false", Help: "true or false: whether the sidecar's /readyz (quorum) counts toward the pod's readiness",
 		apply: setReadiness},
 	{Key: Prefix + "cpu-request", Example: "20m", Help: "resources.requests.cpu of the sidecar (a Kubernetes quantity)",
@@ -76,6 +75,37 @@ var Annotations = []Annotation{
 		apply: setResource("limits", "cpu")},
 	{Key: Prefix + "memory-limit", Example: "128Mi", Help: "resources.limits.memory",
 		apply: setResource("limits", "memory")},
+}
+
+// ofSetting is the annotation of the sidecar setting env: its key, and
+// the bounds its value is checked against, are the setting's in the
+// settings table; the help adds what it accepts there.
+func ofSetting(env, example, help string, apply func(config.Setting) func(o *overrides, v string) error) Annotation {
+	s := annotated(env)
+	var parts []string
+	for _, p := range []string{help, s.Allowed()} {
+		if p != "" {
+			parts = append(parts, p)
+		}
+	}
+	return Annotation{Key: s.Annotation, Setting: env, Example: example, Help: env + ": " + strings.Join(parts, "; "), apply: apply(s)}
+}
+
+// ofPort is the annotation that sets the port of the host:port setting
+// env.
+func ofPort(env, example, help string, apply func(config.Setting) func(o *overrides, v string) error) Annotation {
+	s := annotated(env)
+	return Annotation{Key: s.Annotation, Setting: env, Example: example, Help: fmt.Sprintf("%s %s (1-65535)", help, env), apply: apply(s)}
+}
+
+// annotated is the setting env, which the settings table gives an
+// annotation.
+func annotated(env string) config.Setting {
+	s, ok := config.Lookup(env)
+	if !ok || !strings.HasPrefix(s.Annotation, Prefix) {
+		panic(fmt.Sprintf("injector: %s has no %s annotation in the settings table", env, Prefix))
+	}
+	return s
 }
 
 // errInvalid marks a problem with the pod (a denial), as opposed to a
@@ -159,16 +189,19 @@ func annotationKeys() []string {
 	return keys
 }
 
-// minTTL is the smallest TTL the sidecar accepts.
-const minTTL = time.Second
-
-func setDuration(envName string) func(o *overrides, v string) error {
+// setDuration checks a duration against the setting's fixed bounds (those
+// that are another setting are checkCombination's).
+func setDuration(s config.Setting) func(o *overrides, v string) error {
+	within := s.FixedRange()
+	if strings.HasPrefix(within, "at ") {
+		within = "of " + within
+	}
 	return func(o *overrides, v string) error {
 		d, err := time.ParseDuration(v)
-		if err != nil || d < minTTL {
-			return fmt.Errorf("%s is not a duration of at least %v (e.g. 30s, 5m, 1h)", quote(v), minTTL)
+		if err != nil || !s.InFixedRange(d) {
+			return fmt.Errorf("%s is not a duration %s (e.g. 30s, 5m, 1h)", quote(v), within)
 		}
-		o.c.setEnv(envName, v)
+		o.c.setEnv(s.Env, v)
 		return nil
 	}
 }
@@ -176,20 +209,26 @@ func setDuration(envName string) func(o *overrides, v string) error {
 // setKeyPrefix applies the sidecar's own rule (lease.ValidateKeyPrefix),
 // so that a prefix it would refuse at start, or one whose keys could reach
 // another prefix's fence counters, is refused at admission.
-func setKeyPrefix(o *overrides, v string) error {
-	if err := lease.ValidateKeyPrefix(v); err != nil {
-		return fmt.Errorf("%s %w", quote(v), err)
+func setKeyPrefix(s config.Setting) func(o *overrides, v string) error {
+	return func(o *overrides, v string) error {
+		if err := lease.ValidateKeyPrefix(v); err != nil {
+			return fmt.Errorf("%s %w", quote(v), err)
+		}
+		o.c.setEnv(s.Env, v)
+		return nil
 	}
-	o.c.setEnv(envKeyPrefix, v)
-	return nil
 }
 
-func setLogLevel(o *overrides, v string) error {
-	if !slices.Contains([]string{"debug", "info", "warn", "error"}, v) {
-		return fmt.Errorf("%s is not debug, info, warn or error", quote(v))
+// setLogLevel takes the words of the settings table (which the chart's
+// schema takes), not every spelling the sidecar's parser would.
+func setLogLevel(s config.Setting) func(o *overrides, v string) error {
+	return func(o *overrides, v string) error {
+		if !slices.Contains(s.Values, v) {
+			return fmt.Errorf("%s is not %s", quote(v), config.OrList(s.Values))
+		}
+		o.c.setEnv(s.Env, v)
+		return nil
 	}
-	o.c.setEnv(envLogLevel, v)
-	return nil
 }
 
 func parsePort(v string) (int, error) {
@@ -206,27 +245,31 @@ func withPort(addr string, port int) string {
 	return net.JoinHostPort(host, strconv.Itoa(port))
 }
 
-func setListenPort(o *overrides, v string) error {
-	n, err := parsePort(v)
-	if err != nil {
-		return err
+func setListenPort(s config.Setting) func(o *overrides, v string) error {
+	return func(o *overrides, v string) error {
+		n, err := parsePort(v)
+		if err != nil {
+			return err
+		}
+		addr, _ := o.c.env(s.Env)
+		o.c.setEnv(s.Env, withPort(addr, n))
+		return nil
 	}
-	addr, _ := o.c.env(envListenAddr)
-	o.c.setEnv(envListenAddr, withPort(addr, n))
-	return nil
 }
 
 // setAdminPort moves the admin listener and its containerPort together;
 // the probes follow, as they name the port.
-func setAdminPort(o *overrides, v string) error {
-	n, err := parsePort(v)
-	if err != nil {
-		return err
+func setAdminPort(s config.Setting) func(o *overrides, v string) error {
+	return func(o *overrides, v string) error {
+		n, err := parsePort(v)
+		if err != nil {
+			return err
+		}
+		addr, _ := o.c.env(s.Env)
+		o.c.setEnv(s.Env, withPort(addr, n))
+		o.c.adminPort()["containerPort"] = json.Number(strconv.Itoa(n))
+		return nil
 	}
-	addr, _ := o.c.env(envAdminAddr)
-	o.c.setEnv(envAdminAddr, withPort(addr, n))
-	o.c.adminPort()["containerPort"] = json.Number(strconv.Itoa(n))
-	return nil
 }
 
 func setReadiness(o *overrides, v string) error {
