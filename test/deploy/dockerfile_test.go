@@ -219,6 +219,7 @@ func TestDockerignore(t *testing.T) {
 		"internal/x/x.go": true,
 		".git/HEAD":       false, "test/deploy/go.mod": false, "charts/sidelock/Chart.yaml": false,
 		"k8s/kustomization.yaml": false, "pkg/redlock/redlock_test.go": false, "README.md": false,
+		"tools/go.mod": false, "tools/scale-model/plot.go": false,
 	} {
 		excluded, err := pm.MatchesOrParentMatches(path)
 		if err != nil {
