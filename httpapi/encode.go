@@ -110,7 +110,7 @@ func problemFor(err error) problem {
 	case errors.Is(err, lease.ErrShuttingDown):
 		return newProblem(http.StatusServiceUnavailable, "shutting_down", "the sidecar is shutting down")
 	case errors.Is(err, context.Canceled):
-		return newProblem(499, "client_closed_request", "the client went away; nothing is held for it")
+		return newProblem(499, "client_closed_request", "the client went away before its request was carried out; an acquire holds nothing for it, a heartbeat left the lease as it was")
 	case errors.Is(err, context.DeadlineExceeded):
 		return newProblem(http.StatusServiceUnavailable, "timeout", "the masters did not answer in time")
 	default:

@@ -51,7 +51,10 @@ func handleRelease(log *slog.Logger, leases *lease.Manager) http.Handler {
 			writeError(w, log, err)
 			return
 		}
-		if err := leases.Release(r.Context(), tr.name, tr.token); err != nil {
+		// A DELETE that arrived whole is carried out even if its client
+		// hangs up: leaving the lock held until its lease lapses would
+		// block everyone else for nobody.
+		if err := leases.Release(context.WithoutCancel(r.Context()), tr.name, tr.token); err != nil {
 			writeError(w, log, err)
 			return
 		}

@@ -29,16 +29,17 @@ type Event struct {
 	Reason     EndReason // for EventEnded
 }
 
-// eventBuffer holds events a slow reader has not taken yet. Renewals are
-// dropped rather than block the lease's goroutine; one slot is always kept
-// for the final event.
+// eventBuffer holds events a slow reader has not taken yet. Renewals and
+// warnings are dropped rather than block the renewer or a heartbeat (they
+// publish under the Manager's lock); one slot is always kept for the final
+// event, so it is never dropped.
 const eventBuffer = 8
 
 type subscriber struct{ ch chan Event }
 
 // Watch subscribes to the events of the live lease of name held with
-// token. The channel delivers renewals and then one EventEnded, and is
-// closed after it. cancel stops the subscription early.
+// token. The channel delivers renewed and expiring events, then one
+// EventEnded, and is closed after it. cancel stops the subscription early.
 func (m *Manager) Watch(name, token string) (events <-chan Event, cancel func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -89,17 +90,4 @@ func (l *lease) closeSubscribersLocked(reason EndReason, valid time.Time) {
 		close(s.ch)
 		delete(l.subscribers, s)
 	}
-}
-
-// maxHoldAt is when a lease acquired at now must end, from the request's
-// cap and the Manager's (the smaller wins; zero means none).
-func (m *Manager) maxHoldAt(now time.Time, requested time.Duration) time.Time {
-	limit := m.cfg.MaxHold
-	if requested > 0 && (limit == 0 || requested < limit) {
-		limit = requested
-	}
-	if limit == 0 {
-		return time.Time{}
-	}
-	return now.Add(limit)
 }

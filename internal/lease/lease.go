@@ -1,565 +1,128 @@
-// Package lease keeps the locks held through this sidecar and keeps them
-// alive for callers that are still alive.
-//
-// Two clocks run per lease. The key on the masters carries a short key ttl
-// (default 10s, never more than the caller's ttl) that the Manager's one
-// renewer goroutine renews on a quorum about every third of it, in batches
-// across leases (renewer.go), so a sidecar that dies frees its locks within
-// one key ttl. The caller's lease (its ttl) is kept alive by Extend; when it
-// lapses, renewal stops and the key is released at once.
-//
-// A lease's heartbeats, release and end are serialised by its own mutex
-// (keepalive.go), so no two operations on one lease race, while leases
-// never wait for each other.
-//
-// What is NOT guaranteed: a lease is an advisory lock. ValidUntil is the only
-// promise — until then a majority of masters holds the key. If every renewal
-// fails until then, the lease is lost: Extend and Release answer ErrLeaseGone
-// from that moment, but a caller that does not ask will not know. A caller
-// that must not act on a stale lock uses fencing.
 package lease
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
-	mrand "math/rand/v2"
-	"sort"
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
-
-	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
-// Errors returned by Manager; match with errors.Is.
-var (
-	ErrInvalid      = errors.New("invalid request")
-	ErrLockHeld     = redlock.ErrLockHeld
-	ErrNoQuorum     = redlock.ErrNoQuorum
-	ErrLeaseGone    = errors.New("lease gone")
-	ErrShuttingDown = errors.New("sidecar is shutting down")
-)
+// lease is one lock held through this sidecar: its state, its timing, and
+// every valid_until it publishes. It has no goroutine of its own (thousands
+// of held locks would cost a stack each): the Manager's renewer renews it
+// in batches (renewer.go), timers end it when its caller's lease lapses or
+// its cap is reached, and opMu serialises what changes it — heartbeats,
+// release and its end — so one lease's operations happen one at a time
+// (holding opMu across that lease's own round to the masters is the point)
+// while other leases proceed.
+type lease struct {
+	m     *Manager
+	name  string
+	key   string
+	value string
+	token string
+	owner string
+	// replay lets a retried acquire with the same Idempotency-Key and
+	// parameters find this lease again.
+	replay     replayKey
+	acquiredAt time.Time
+	fence      int64 // set before the lease is published, never changed
 
-// HeldError carries the retry hint of ErrLockHeld.
-type HeldError = redlock.HeldError
+	// opMu is a plain mutex, not a lock a ctx can abandon: waiting for it
+	// is bounded (see the package documentation), and test/sim's virtual
+	// clock counts on sidelock holding only sync.Mutexes across rounds to
+	// the masters (see its doc.go).
+	opMu    sync.Mutex
+	ended   bool        // guarded by opMu
+	lapse   *time.Timer // the caller's lease running out (nil for a hold)
+	maxHold *time.Timer // the cap (nil without one)
 
-// Limits of a request, enforced by Manager.
-const (
-	MinTTL = time.Second
-	// MaxNoQuorumRetry bounds Config.NoQuorumRetry: a try-once acquire
-	// must still fail fast in a real outage.
-	MaxNoQuorumRetry = 5 * time.Second
-	MaxOwnerLen      = 128
-	MaxNameLen       = 256
-	tokenBytes       = 16 // 128 bits from crypto/rand
-)
+	// hold: the caller's connection keeps the lease; no heartbeat needed.
+	hold bool
+	// maxHoldAt ends the lease whatever the caller does (zero: no cap).
+	maxHoldAt time.Time
 
-// Config configures a Manager; Validate reports bad combinations.
-type Config struct {
-	KeyPrefix  string        // namespace of keys on the masters
-	KeyTTL     time.Duration // longest ttl put on the masters
-	DefaultTTL time.Duration // caller ttl when none is asked for
-	MaxTTL     time.Duration // longest caller ttl
-	MaxWait    time.Duration // longest wait for a held lock
-	MaxHold    time.Duration // cap on any lease's life (0: none)
-	MaxLocks   int           // live leases at once (0: DefaultMaxLocks); see limits.go
-	MaxWaiters int           // callers waiting at once (0: DefaultMaxWaiters)
-	// MaxWaitersPerName bounds one name's queue (0: a quarter of
-	// MaxWaiters), so one hot name cannot take every waiting slot.
-	MaxWaitersPerName int
-	// NoQuorumRetry is how long a try-once acquire may keep retrying
-	// rounds that found no quorum (0: it answers after one round).
-	NoQuorumRetry time.Duration
-	// QuorumUp reports whether the health checks last found a quorum (nil:
-	// assume so). A try-once acquire does not retry while they did not: a
-	// known outage fails at once.
-	QuorumUp func() bool
-	// MaxAcquireRounds bounds the acquisition rounds in flight to the
-	// masters at once, and AdmissionWait how long an acquisition waits for
-	// a place before it is refused as overloaded (0: the defaults); see
-	// overload.go. Renewals are not bounded.
-	MaxAcquireRounds int
-	AdmissionWait    time.Duration
+	// Guarded by the Manager's lock: the event subscribers, the renewal
+	// slot the lease waits in (see renewer.go; -1 once ended), and the
+	// batch renewal in flight (closed when its answers are applied).
+	subscribers map[*subscriber]struct{}
+	renewSlot   int64
+	renewing    chan struct{}
+	// expiringSent: the caller was warned that renewal keeps failing
+	// (cleared by the next success).
+	expiringSent bool
 
-	Now      func() time.Time
-	Observer Observer
-	Logger   *slog.Logger
+	// Written under opMu and the Manager's lock; read under the latter.
+	ttl       time.Duration
+	expiresAt time.Time
+	// keyTTL is the ttl put on the masters. It only ever falls during a
+	// lease (see cutKeyTTLLocked): a write with a shorter ttl still in
+	// flight could otherwise land last and end the keys before a longer
+	// validity computed from a later round.
+	keyTTL time.Duration
+	// keysValidUntil is until when a majority holds the keys, drift taken
+	// off: the renewals' grants, never later than a ttl cut allows.
+	keysValidUntil time.Time
+	// The last cut of keyTTL: when, and the validity a write sent from
+	// then on may still leave; rounds that began before it are held to it.
+	cutAt, cutCap time.Time
+	// wantKeyTTL is the key ttl the caller's ttl asks for, when an earlier
+	// promise keeps keyTTL above it for now.
+	wantKeyTTL time.Duration
+	// promised is the latest valid_until ever published: it is never taken
+	// back (a caller whose answer was lost still believes it), so the keys
+	// are kept until then whatever later answers say.
+	promised time.Time
 }
 
-// Validate checks the timing rules that keep renewal sound.
-func (c Config) Validate() error {
-	if err := ValidateKeyPrefix(c.KeyPrefix); err != nil {
-		return fmt.Errorf("key prefix %w", err)
-	}
-	switch {
-	case c.KeyTTL < MinTTL:
-		return fmt.Errorf("key ttl %v must be at least %v", c.KeyTTL, MinTTL)
-	case c.MaxTTL < MinTTL:
-		return fmt.Errorf("max ttl %v must be at least %v", c.MaxTTL, MinTTL)
-	case c.KeyTTL > c.MaxTTL:
-		return fmt.Errorf("key ttl %v must not exceed max ttl %v", c.KeyTTL, c.MaxTTL)
-	case c.DefaultTTL < MinTTL || c.DefaultTTL > c.MaxTTL:
-		return fmt.Errorf("default ttl %v must be within [%v, %v]", c.DefaultTTL, MinTTL, c.MaxTTL)
-	case c.MaxWait < 0:
-		return fmt.Errorf("max wait %v must not be negative", c.MaxWait)
-	case c.MaxHold < 0:
-		return fmt.Errorf("max hold %v must not be negative", c.MaxHold)
-	case c.NoQuorumRetry < 0 || c.NoQuorumRetry > MaxNoQuorumRetry:
-		return fmt.Errorf("no-quorum retry %v must be within [0s, %v]", c.NoQuorumRetry, MaxNoQuorumRetry)
-	}
-	return errors.Join(c.validateLimits(), c.validateAdmission())
-}
+// tokenBytes is the size of a token and of a grant's id: 128 bits from
+// crypto/rand.
+const tokenBytes = 16
 
-// Request asks for a lock.
-type Request struct {
-	Name  string
-	Owner string        // free label for humans
-	TTL   time.Duration // caller's lease; 0 takes the default
-	Wait  time.Duration // how long to wait for a held lock; 0 tries once
-	// IdempotencyKey makes a retried acquire safe: while this sidecar holds
-	// the name for a lease acquired with the same key, Acquire returns that
-	// lease (same token) instead of ErrLockHeld.
-	IdempotencyKey string
-	// Hold keeps the lease alive without heartbeats, for as long as the
-	// caller's connection lives; the caller releases when it closes.
-	Hold bool
-	// MaxHold caps the lease's whole life, heartbeats or not (0: the
-	// Manager's MaxHold). Reaching it ends the lease as lost (max_hold).
-	MaxHold time.Duration
-}
-
-// Info describes a lease held through this sidecar.
-type Info struct {
-	Name           string
-	Token          string // set only in answers to the lease's holder
-	Owner          string
-	TTL            time.Duration
-	AcquiredAt     time.Time
-	LeaseExpiresAt time.Time // when the caller's lease lapses without Extend
-	ValidUntil     time.Time // until when a quorum holds the key
-	Fence          int64     // the grant's fencing token (0 when fencing is off)
-	Hold           bool      // kept alive by the caller's connection
-	MaxHoldAt      time.Time // when the lease ends whatever happens (zero: never)
-}
-
-// Status is what the masters say about a lock name.
-type Status struct {
-	Name       string
-	Held       bool
-	Owner      string
-	ValidUntil time.Time
-	Fence      int64
-}
-
-// Manager holds the leases of this sidecar.
-type Manager struct {
-	locker Locker
-	cfg    Config
-	obs    Observer
-	log    *slog.Logger
-
-	stopping chan struct{} // closed by Close: every lease releases
-	wg       sync.WaitGroup
-	limits   limiter
-	admit    *admission // bounds acquisition rounds (overload.go)
-
-	mu      sync.Mutex
-	closing bool
-	leases  map[string]*lease   // live leases by name
-	pending map[string]struct{} // names being acquired right now
-	queues  map[string]*queue   // callers waiting, by name
-	waiting int                 // callers in all queues
-	// renewals is the renewal grid: leases by the slot they renew in.
-	renewals    map[int64][]*lease
-	renewWake   chan struct{} // 1-buffered: the grid gained its first lease
-	renewerDone chan struct{}
-}
-
-// NewManager returns a Manager that locks through locker.
-func NewManager(locker Locker, cfg Config) (*Manager, error) {
-	if err := cfg.Validate(); err != nil {
+func newLease(m *Manager, req Request) (*lease, error) {
+	token, err := newSecret()
+	if err != nil {
 		return nil, err
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	cfg = cfg.withLimitDefaults().withAdmissionDefaults()
-	obs := cfg.Observer
-	if obs == nil {
-		obs = nopObserver{}
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	m := &Manager{
-		locker:      newRenewalRetrier(locker), // overload.go
-		cfg:         cfg,
-		obs:         obs,
-		log:         log,
-		stopping:    make(chan struct{}),
-		leases:      make(map[string]*lease),
-		pending:     make(map[string]struct{}),
-		queues:      make(map[string]*queue),
-		renewals:    make(map[int64][]*lease),
-		renewWake:   make(chan struct{}, 1),
-		renewerDone: make(chan struct{}),
-		admit:       newAdmission(cfg.MaxAcquireRounds, cfg.AdmissionWait),
-	}
-	go m.renewLoop()
-	return m, nil
-}
-
-// Acquire takes the lock for req, waiting up to req.Wait in this sidecar's
-// FIFO queue for the name while it is held elsewhere. If ctx ends while the
-// lock is being granted, the lock is released at once: a departed caller
-// never holds a lock.
-func (m *Manager) Acquire(ctx context.Context, req Request) (Info, error) {
-	start := m.cfg.Now()
-	req, err := m.normalize(req)
+	id, err := newSecret()
 	if err != nil {
-		m.obs.Acquisition(OutcomeInvalid, 0)
-		return Info{}, err
+		return nil, err
 	}
-	info, replayed, err := m.replay(req)
-	if err != nil || replayed {
-		m.obs.Acquisition(outcomeOf(err), m.cfg.Now().Sub(start))
-		return info, err
-	}
-	if req.Wait == 0 {
-		info, err = m.tryAcquireOnce(ctx, req, start)
-	} else {
-		info, err = m.acquireWaitingWithinLimit(ctx, req, start.Add(req.Wait))
-		m.obs.Waited(outcomeOf(err), m.cfg.Now().Sub(start))
-	}
-	m.obs.Acquisition(outcomeOf(err), m.cfg.Now().Sub(start))
-	return info, err
+	now := time.Now()
+	return &lease{
+		m:          m,
+		name:       req.Name,
+		key:        m.cfg.KeyPrefix + req.Name,
+		value:      masterValue(id, req.Owner),
+		token:      token,
+		owner:      req.Owner,
+		replay:     replayKeyOf(req),
+		acquiredAt: now,
+		ttl:        req.TTL,
+		keyTTL:     m.keyTTL(req.TTL),
+		wantKeyTTL: m.keyTTL(req.TTL),
+		expiresAt:  now.Add(req.TTL),
+		hold:       req.Hold,
+		maxHoldAt:  m.maxHoldAt(now, req.MaxHold),
+	}, nil
 }
 
-// tryAcquireOnce is a try-once acquire: it answers at once whether the lock
-// is free, but one round without quorum (a slow answer, a master judged
-// again after reconnecting) is retried while the NoQuorumRetry budget
-// since start allows. Masters held out for longer (a restart probation)
-// make it fail as soon as the budget cannot cover a retry, and an outage
-// the health checks already see (QuorumUp) at once.
-func (m *Manager) tryAcquireOnce(ctx context.Context, req Request, start time.Time) (Info, error) {
-	budgetEnd := start.Add(m.cfg.NoQuorumRetry)
-	for {
-		info, err := m.tryAcquire(ctx, req, false)
-		if !errors.Is(err, ErrNoQuorum) {
-			return info, err
-		}
-		pause := noQuorumPause(err)
-		if m.cfg.Now().Add(pause).After(budgetEnd) || (m.cfg.QuorumUp != nil && !m.cfg.QuorumUp()) {
-			return info, err
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return Info{}, ctx.Err()
-		case <-m.stopping:
-			t.Stop()
-			return Info{}, ErrShuttingDown
-		}
+// maxHoldAt is when a lease acquired at now must end, from the request's
+// cap and the Manager's (the smaller wins; zero means none).
+func (m *Manager) maxHoldAt(now time.Time, requested time.Duration) time.Time {
+	limit := m.cfg.MaxHold
+	if requested > 0 && (limit == 0 || requested < limit) {
+		limit = requested
 	}
-}
-
-// tryAcquire makes one round to the masters. A caller outside the queue
-// (fromQueue false) does not jump ahead of waiters.
-func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (Info, error) {
-	if err := m.reserve(req.Name, fromQueue); err != nil {
-		return Info{}, err
+	if limit == 0 {
+		return time.Time{}
 	}
-	l, err := newLease(m, req)
-	if err != nil {
-		m.unreserve(req.Name)
-		return Info{}, err
-	}
-	grant, err := m.acquireAdmitted(ctx, l)
-	if err == nil && ctx.Err() != nil {
-		err = ctx.Err()
-		_ = m.locker.Release(ctx, l.key, l.value)
-	}
-	if err != nil {
-		m.unreserve(req.Name)
-		return Info{}, err
-	}
-	l.keysValidUntil = grant.ValidUntil
-	l.fence = grant.Fence
-	if err := m.start(l); err != nil {
-		_ = m.locker.Release(ctx, l.key, l.value)
-		return Info{}, err
-	}
-	return l.info(true), nil
-}
-
-// acquireAdmitted runs l's acquisition round once the admission gate lets
-// it (overload.go): beyond it, a burst is refused as overloaded instead of
-// timing out at the masters as no quorum.
-func (m *Manager) acquireAdmitted(ctx context.Context, l *lease) (redlock.Grant, error) {
-	leave, err := m.admit.enter(ctx, m.stopping)
-	if err != nil {
-		return redlock.Grant{}, err
-	}
-	defer leave()
-	return m.locker.Acquire(ctx, l.key, l.value, l.keyTTL)
-}
-
-// reserve lets one acquisition per name go to the masters from this
-// sidecar; others see the name as held without a round trip.
-func (m *Manager) reserve(name string, fromQueue bool) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closing {
-		return ErrShuttingDown
-	}
-	if _, queued := m.queues[name]; queued && !fromQueue {
-		return &HeldError{}
-	}
-	if l, ok := m.leases[name]; ok {
-		return &HeldError{RetryAfter: l.lapsesIn(m.cfg.Now())}
-	}
-	if _, ok := m.pending[name]; ok {
-		return &HeldError{}
-	}
-	if err := m.checkLockLimitLocked(); err != nil {
-		return err
-	}
-	m.pending[name] = struct{}{}
-	return nil
-}
-
-func (m *Manager) unreserve(name string) {
-	m.mu.Lock()
-	delete(m.pending, name)
-	m.mu.Unlock()
-}
-
-// start turns a granted reservation into a live lease with its goroutine.
-func (m *Manager) start(l *lease) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.pending, l.name)
-	if m.closing {
-		return ErrShuttingDown
-	}
-	m.leases[l.name] = l
-	m.scheduleLocked(l, l.acquiredAt.Add(l.renewInterval()))
-	m.wg.Add(1) // done when the lease ends
-	l.startTimers()
-	return nil
-}
-
-// Extend renews the caller's lease, optionally with a new ttl, and confirms
-// the lock on a quorum so the answer carries a fresh ValidUntil.
-func (m *Manager) Extend(ctx context.Context, name, token string, ttl time.Duration) (Info, error) {
-	if ttl != 0 {
-		if err := m.checkTTL(ttl); err != nil {
-			return Info{}, err
-		}
-	}
-	l, err := m.find(name, token)
-	if err != nil {
-		return Info{}, err
-	}
-	return l.heartbeat(ttl)
-}
-
-// Release ends the caller's lease and deletes the key on the masters.
-func (m *Manager) Release(ctx context.Context, name, token string) error {
-	l, err := m.find(name, token)
-	if err != nil {
-		return err
-	}
-	return l.release()
-}
-
-// find returns the live lease of name if token is its token.
-func (m *Manager) find(name, token string) (*lease, error) {
-	m.mu.Lock()
-	l, ok := m.leases[name]
-	m.mu.Unlock()
-	if !ok || !l.hasToken(token) {
-		return nil, ErrLeaseGone
-	}
-	return l, nil
-}
-
-// Inspect reads the lock's state from the masters.
-func (m *Manager) Inspect(ctx context.Context, name string) (Status, error) {
-	if err := ValidateName(name); err != nil {
-		return Status{}, err
-	}
-	h, err := m.locker.Inspect(ctx, m.cfg.KeyPrefix+name)
-	if err != nil {
-		return Status{}, err
-	}
-	st := Status{Name: name, Held: h.Held}
-	if h.Held {
-		st.Owner = ownerOf(h.Value)
-		st.ValidUntil = h.ValidUntil
-		st.Fence = h.Fence
-	}
-	return st, nil
-}
-
-// List returns the live leases of this sidecar by name, without tokens.
-func (m *Manager) List() []Info {
-	m.mu.Lock()
-	out := make([]Info, 0, len(m.leases))
-	for _, l := range m.leases {
-		out = append(out, l.infoLocked(false))
-	}
-	m.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
-
-// Len is the number of live leases.
-func (m *Manager) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.leases)
-}
-
-// Close stops new acquisitions and ends every lease with EndShutdown,
-// waiting until they have ended or ctx ends. It does not delete their keys:
-// a caller told of the end may still act until the valid_until it was
-// promised, so the keys lapse then (within a key ttl) instead. Callers that
-// want a prompt hand-off release before the sidecar stops.
-func (m *Manager) Close(ctx context.Context) error {
-	m.mu.Lock()
-	if !m.closing {
-		m.closing = true
-		close(m.stopping)
-	}
-	live := make([]*lease, 0, len(m.leases))
-	for _, l := range m.leases {
-		live = append(live, l)
-	}
-	m.mu.Unlock()
-	for _, l := range live {
-		go l.finish(EndShutdown, nil)
-	}
-	done := make(chan struct{})
-	go func() { m.wg.Wait(); <-m.renewerDone; close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("releasing %d leases: %w", m.Len(), ctx.Err())
-	}
-}
-
-func (m *Manager) normalize(req Request) (Request, error) {
-	if err := ValidateName(req.Name); err != nil {
-		return req, err
-	}
-	if err := ValidateOwner(req.Owner); err != nil {
-		return req, err
-	}
-	if err := validateIdempotencyKey(req); err != nil {
-		return req, err
-	}
-	if req.TTL == 0 {
-		req.TTL = m.cfg.DefaultTTL
-	}
-	if err := m.checkTTL(req.TTL); err != nil {
-		return req, err
-	}
-	if req.MaxHold < 0 || (m.cfg.MaxHold > 0 && req.MaxHold > m.cfg.MaxHold) {
-		return req, fmt.Errorf("%w: max_hold %v must be within [0s, %v]", ErrInvalid, req.MaxHold, m.cfg.MaxHold)
-	}
-	if req.Wait < 0 || req.Wait > m.cfg.MaxWait {
-		return req, fmt.Errorf("%w: wait %v must be within [0s, %v]", ErrInvalid, req.Wait, m.cfg.MaxWait)
-	}
-	return req, nil
-}
-
-func (m *Manager) checkTTL(ttl time.Duration) error {
-	if ttl < MinTTL || ttl > m.cfg.MaxTTL {
-		return fmt.Errorf("%w: ttl %v must be within [%v, %v]", ErrInvalid, ttl, MinTTL, m.cfg.MaxTTL)
-	}
-	return nil
-}
-
-// keyTTL is the ttl put on the masters for a caller ttl.
-func (m *Manager) keyTTL(ttl time.Duration) time.Duration { return min(ttl, m.cfg.KeyTTL) }
-
-func outcomeOf(err error) Outcome {
-	switch {
-	case err == nil:
-		return OutcomeAcquired
-	case errors.Is(err, ErrLockHeld):
-		return OutcomeHeld
-	case errors.Is(err, ErrNoQuorum):
-		return OutcomeNoQuorum
-	case errors.Is(err, ErrOverloaded):
-		return OutcomeOverloaded
-	case errors.Is(err, ErrInvalid):
-		return OutcomeInvalid
-	case errors.Is(err, ErrTooManyLocks), errors.Is(err, ErrTooManyWaiters):
-		return OutcomeLimited
-	default:
-		return OutcomeError
-	}
-}
-
-// ValidateName checks a lock name: 1–256 bytes of [A-Za-z0-9._:/-], with
-// no empty, "." or ".." path segment (clients rewrite those in URLs, which
-// would silently lock another name), and not ending in the segment
-// "events", which names a lease's event stream.
-func ValidateName(name string) error {
-	if len(name) == 0 || len(name) > MaxNameLen {
-		return fmt.Errorf("%w: lock name must be 1 to %d bytes", ErrInvalid, MaxNameLen)
-	}
-	for i := 0; i < len(name); i++ {
-		if !nameByte(name[i]) {
-			return fmt.Errorf("%w: lock name may contain only A-Z a-z 0-9 . _ : / - (byte %d is %q)", ErrInvalid, i, name[i])
-		}
-	}
-	for _, seg := range strings.Split(name, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("%w: lock name must not have an empty, \".\" or \"..\" segment", ErrInvalid)
-		}
-	}
-	if name == reservedSegment || strings.HasSuffix(name, "/"+reservedSegment) {
-		return fmt.Errorf("%w: a lock name may not end in the segment %q (GET /locks/{name}/events is the event stream)", ErrInvalid, reservedSegment)
-	}
-	return nil
-}
-
-// reservedSegment ends the path of a lease's event stream.
-const reservedSegment = "events"
-
-func nameByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		c == '.' || c == '_' || c == ':' || c == '/' || c == '-'
-}
-
-// ValidateOwner checks the free owner label: at most 128 bytes of printable
-// UTF-8, since it is shown back to humans (in answers, logs and on the
-// masters). Control characters and the invisible bidirectional controls
-// (U+202E and kin, which make a label read differently from its bytes) are
-// refused.
-func ValidateOwner(owner string) error {
-	if len(owner) > MaxOwnerLen {
-		return fmt.Errorf("%w: owner must be at most %d bytes", ErrInvalid, MaxOwnerLen)
-	}
-	for _, r := range owner {
-		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
-			return fmt.Errorf("%w: owner must be printable UTF-8 without control or bidirectional-control characters (%U is not)", ErrInvalid, r)
-		}
-	}
-	return nil
+	return now.Add(limit)
 }
 
 // newSecret returns 128 random bits as hex.
@@ -581,6 +144,307 @@ func ownerOf(value string) string {
 	return owner
 }
 
-func jitter(lo, hi time.Duration) time.Duration {
-	return lo + mrand.N(hi-lo+1)
+// hasToken compares in constant time, so response timing leaks nothing.
+func (l *lease) hasToken(token string) bool {
+	return subtle.ConstantTimeCompare([]byte(l.token), []byte(token)) == 1
+}
+
+// startTimers arms the lapse and the cap; called once, when the lease is
+// published.
+func (l *lease) startTimers() {
+	if !l.hold {
+		l.lapse = time.AfterFunc(time.Until(l.expiresAt), l.lapsed)
+	}
+	if !l.maxHoldAt.IsZero() {
+		l.maxHold = time.AfterFunc(time.Until(l.maxHoldAt), func() { l.finish(EndMaxHold, nil) })
+	}
+}
+
+// lapsed ends the lease unless a heartbeat moved its expiry meanwhile, and
+// not before the latest promise it made (lapsesAtLocked).
+func (l *lease) lapsed() {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	if l.ended {
+		return
+	}
+	if wait := l.lapseIn(); wait > 0 {
+		l.lapse.Reset(wait)
+		return
+	}
+	l.finishLocked(EndExpired, nil)
+}
+
+// lapseIn is how long until the lease may lapse, for its timer.
+func (l *lease) lapseIn() time.Duration {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	return time.Until(l.lapsesAtLocked())
+}
+
+// lapsesIn is how long until the lease ends if its caller says nothing
+// more: unknown (0) for a held lease, which lives as long as a connection.
+// The caller holds the Manager's lock.
+func (l *lease) lapsesIn(now time.Time) time.Duration {
+	if l.hold {
+		return 0
+	}
+	return max(0, l.lapsesAtLocked().Sub(now))
+}
+
+// lapsesAtLocked is when a heartbeat lease may lapse: its expiry, or its
+// latest promise if later (a heartbeat that lowered the ttl shortens later
+// promises, not earlier ones). The caller holds the Manager's lock.
+func (l *lease) lapsesAtLocked() time.Time { return later(l.expiresAt, l.promised) }
+
+// errLapsing: a heartbeat came after the caller's lease ran out, while
+// the lease waits for its lapse.
+var errLapsing = fmt.Errorf("%w: the caller's lease ran out", ErrLeaseGone)
+
+// heartbeat is the caller's extend: it fails once the lease has ended, and
+// a heartbeat that finds the lock lost ends it. A ctx that ended while the
+// heartbeat queued behind another operation on the lease leaves the lease
+// untouched; one that ends during the round is extend's to answer.
+func (l *lease) heartbeat(ctx context.Context, ttl time.Duration) (Info, error) {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	if l.ended {
+		return Info{}, ErrLeaseGone
+	}
+	if err := ctx.Err(); err != nil {
+		return Info{}, err
+	}
+	info, err := l.extend(ctx, ttl)
+	switch {
+	case errors.Is(err, errLapsing):
+		// The caller's lease ran out; the lapse ends it, once no promise
+		// stands (deleting the keys now could break one).
+		return Info{}, ErrLeaseGone
+	case errors.Is(err, ErrLeaseGone):
+		l.finishLocked(EndLost, err)
+		return Info{}, err
+	}
+	// The expiry moved, even if the round was cut short (err is ctx's).
+	if l.lapse != nil {
+		l.lapse.Reset(l.lapseIn())
+	}
+	return info, err
+}
+
+// extend pushes the caller's lease out and confirms the lock on a quorum.
+// A failed confirmation keeps the lease (its earlier validity still
+// stands) and answers with that earlier valid_until; only a lost lock ends
+// it. A confirmation cut short by ctx answers ctx's error: the caller's
+// lease stays pushed out, every promise stands, and the lease keeps its
+// place in the renewal grid, so the renewer goes on renewing it; the round
+// says nothing about the masters, so it is neither counted nor answered as
+// a failed renewal.
+func (l *lease) extend(ctx context.Context, ttl time.Duration) (Info, error) {
+	l.m.mu.Lock()
+	now := time.Now()
+	if !now.Before(l.expiresAt) {
+		l.m.mu.Unlock()
+		return Info{}, errLapsing
+	}
+	if ttl != 0 {
+		l.ttl = ttl
+		l.cutKeyTTLLocked(l.m.keyTTL(ttl))
+	}
+	l.expiresAt = now.Add(l.ttl)
+	l.m.mu.Unlock()
+	err := l.confirm(ctx)
+	if err != nil && !errors.Is(err, ErrLeaseGone) && ctx.Err() != nil {
+		return Info{}, ctx.Err()
+	}
+	l.m.obs.Renewal(err == nil)
+	if errors.Is(err, ErrLeaseGone) {
+		return Info{}, err
+	}
+	l.m.mu.Lock()
+	e := l.renewalDoneLocked(err)
+	l.m.mu.Unlock()
+	l.publish(e)
+	return l.info(true), nil
+}
+
+// confirm extends the key on a quorum, as the renewer does for many, in a
+// round bounded by ctx.
+func (l *lease) confirm(ctx context.Context) error {
+	l.m.mu.Lock()
+	start, keyTTL := time.Now(), l.keyTTL
+	valid := start.Before(l.keysValidUntil)
+	l.m.mu.Unlock()
+	if !valid {
+		return ErrLeaseGone
+	}
+	grant, err := l.m.locker.Extend(ctx, l.key, l.value, keyTTL)
+	return l.applyRenewal(start, grant, err)
+}
+
+// release is the caller's release. Once it has the lease to itself, the
+// end runs whole: ctx is not looked at again (see end).
+func (l *lease) release(ctx context.Context) error {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	if l.ended {
+		return ErrLeaseGone
+	}
+	if err := ctx.Err(); err != nil {
+		return err // ended while queued behind another operation: still held
+	}
+	l.finishLocked(EndReleased, nil)
+	return nil
+}
+
+// finish ends the lease for reason, once.
+func (l *lease) finish(reason EndReason, cause error) {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	if !l.ended {
+		l.finishLocked(reason, cause)
+	}
+}
+
+func (l *lease) finishLocked(reason EndReason, cause error) {
+	l.ended = true
+	if l.lapse != nil {
+		l.lapse.Stop()
+	}
+	if l.maxHold != nil {
+		l.maxHold.Stop()
+	}
+	l.end(reason, cause)
+	l.m.wg.Done()
+}
+
+// lose ends the lease as lost, off the renewer's goroutine (the renewer
+// must not wait for a release round).
+func (l *lease) lose(err error) { go l.finish(EndLost, err) }
+
+// end forgets the lease and releases its keys on every master, after any
+// batch renewal of it in flight has been answered (else the renewal could
+// re-create the keys after the release). At shutdown the keys are left to
+// lapse instead: the caller may still act until the validity it was
+// promised, and deleting them would let another take the lock before then.
+//
+// The lease is forgotten (so callers learn it is gone) only after that
+// renewal, whose repair of a missing key may still be on its way.
+//
+// The release round is never bounded by a caller's context: once the
+// lease is forgotten no token can release its keys again, so a round cut
+// short would leave them to block the name for up to a key ttl. Each call
+// to a master is bounded by the locker's node timeout instead.
+func (l *lease) end(reason EndReason, cause error) {
+	l.m.mu.Lock()
+	l.renewSlot = -1
+	renewing := l.renewing
+	l.m.mu.Unlock()
+	if renewing != nil {
+		<-renewing
+	}
+	l.m.mu.Lock()
+	delete(l.m.leases, l.name)
+	valid := l.promiseLocked()
+	l.m.mu.Unlock()
+	var err error
+	if reason != EndShutdown {
+		err = l.m.locker.Release(context.Background(), l.key, l.value)
+	}
+	l.m.mu.Lock()
+	l.m.wakeQueueLocked(l.name)
+	l.closeSubscribersLocked(reason, valid)
+	l.m.mu.Unlock()
+	l.m.obs.Ended(reason)
+	switch {
+	case reason == EndLost || reason == EndMaxHold:
+		l.m.log.Warn("lock lost", "name", l.name, "owner", l.owner, "cause", cause)
+	case reason == EndShutdown:
+		l.m.log.Info("lock left to lapse: the sidecar is shutting down", "name", l.name, "owner", l.owner, "valid_until", valid)
+	case err != nil:
+		l.m.log.Warn("release did not reach a quorum; keys lapse after their ttl", "name", l.name, "reason", string(reason), "err", err)
+	default:
+		l.m.log.Debug("lock released", "name", l.name, "reason", string(reason))
+	}
+}
+
+// cutKeyTTLLocked lowers the key ttl towards want, the one a shorter caller
+// ttl asks for, but not so far that the keys could end before the latest
+// promise: until that has passed, the cut stops short (and is tried again
+// after each renewal). A write with the shorter ttl may land from now on,
+// after any write in flight, so the keys may end at now + keyTTL - drift:
+// the validity is cut to that at once, and rounds that began earlier are
+// held to it. The caller holds the Manager's lock.
+func (l *lease) cutKeyTTLLocked(want time.Duration) {
+	now := time.Now()
+	keyTTL := max(want, l.promised.Sub(now)+l.m.locker.Drift(l.keyTTL))
+	l.wantKeyTTL = want
+	if keyTTL >= l.keyTTL {
+		return
+	}
+	l.keyTTL = keyTTL
+	l.cutAt, l.cutCap = now, now.Add(keyTTL-l.m.locker.Drift(keyTTL))
+	l.keysValidUntil = earlier(l.keysValidUntil, l.cutCap)
+}
+
+// promiseLocked is validUntilLocked, published: every answer and event
+// that carries a valid_until gets it here, and the latest is kept. The
+// caller holds the Manager's lock.
+func (l *lease) promiseLocked() time.Time {
+	v := l.validUntilLocked()
+	l.promised = later(l.promised, v)
+	return v
+}
+
+// validUntilLocked is the promise the lease can make now: the keys'
+// validity, never past the caller's lease (which ends it) or its cap. The
+// caller holds the Manager's lock.
+func (l *lease) validUntilLocked() time.Time {
+	v := l.keysValidUntil
+	if !l.hold {
+		v = earlier(v, l.expiresAt)
+	}
+	if !l.maxHoldAt.IsZero() {
+		v = earlier(v, l.maxHoldAt)
+	}
+	return v
+}
+
+func (l *lease) info(withToken bool) Info {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	return l.infoLocked(withToken)
+}
+
+// infoLocked describes the lease; its ValidUntil is a promise (see
+// promiseLocked). The caller holds the Manager's lock.
+func (l *lease) infoLocked(withToken bool) Info {
+	in := Info{
+		Name:           l.name,
+		Owner:          l.owner,
+		TTL:            l.ttl,
+		AcquiredAt:     l.acquiredAt,
+		LeaseExpiresAt: l.expiresAt,
+		ValidUntil:     l.promiseLocked(),
+		Fence:          l.fence,
+		Hold:           l.hold,
+		MaxHoldAt:      l.maxHoldAt,
+	}
+	if withToken {
+		in.Token = l.token
+	}
+	return in
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

@@ -9,10 +9,11 @@ import (
 )
 
 // Limits that protect the sidecar from a caller (or a bug) that takes
-// locks or queues waiters without bound: every lease costs a goroutine and
-// a renewal round to every master, every waiter a goroutine and, for the
-// head, rounds to the masters. Beyond a limit a request is refused at once,
-// before it touches the masters.
+// locks or queues waiters without bound: every lease costs memory, its
+// timers and a place in the renewer's batched calls to every master, every
+// waiter a goroutine (its caller's) and, for the head, rounds to the
+// masters. Beyond a limit a request is refused at once, before it touches
+// the masters.
 
 // Default limits, used when Config leaves them zero. A pod needing more
 // than ten thousand locks at once through one sidecar is almost certainly

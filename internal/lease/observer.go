@@ -21,7 +21,7 @@ type EndReason string
 const (
 	EndReleased EndReason = "released" // the caller released it
 	EndExpired  EndReason = "expired"  // the caller stopped extending
-	EndLost     EndReason = "lost"     // renewal could not keep a quorum
+	EndLost     EndReason = "lost"     // a renewal found the lock taken, or no quorum before the validity ran out
 	EndShutdown EndReason = "shutdown" // the sidecar is stopping
 	EndMaxHold  EndReason = "max_hold" // the hold reached its cap
 )
@@ -35,6 +35,9 @@ type Observer interface {
 	// spent in the queue and at its head.
 	Waited(outcome Outcome, elapsed time.Duration)
 	Wakeup(source WakeSource)
+	// Renewal is called for every renewal round of a lease, the renewer's
+	// or a heartbeat's, with whether the masters granted it; not for a
+	// heartbeat's round cut short by its caller's context.
 	Renewal(ok bool)
 	Ended(reason EndReason)
 }

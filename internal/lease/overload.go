@@ -99,8 +99,12 @@ func realTimer(d time.Duration) (<-chan time.Time, func() bool) {
 // enter takes a place for one round, waiting up to the admission wait; the
 // caller calls leave when the round is over. It fails with
 // *OverloadedError when no place came in time, ctx's error when the caller
-// left, ErrShuttingDown when stopping closes.
+// left (before or while waiting: a departed caller takes no place),
+// ErrShuttingDown when stopping closes.
 func (a *admission) enter(ctx context.Context, stopping <-chan struct{}) (leave func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	select {
 	case a.places <- struct{}{}:
 		return a.leave, nil

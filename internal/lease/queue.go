@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	mrand "math/rand/v2"
 	"time"
 
 	"github.com/sidelock/sidelock/pkg/redlock"
@@ -80,7 +81,7 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 		return Info{}, err
 	}
 	defer m.dequeue(req.Name, q, w)
-	expired := time.NewTimer(deadline.Sub(m.cfg.Now()))
+	expired := time.NewTimer(time.Until(deadline))
 	defer expired.Stop()
 	select {
 	case <-w.turn:
@@ -215,8 +216,8 @@ func (m *Manager) dequeue(name string, q *queue, w *waiter) {
 	}
 }
 
-// wakeQueue tells name's waiting head that a lease of this sidecar ended.
-// Called with m.mu held.
+// wakeQueueLocked tells name's waiting head that a lease of this sidecar
+// ended. The caller holds m.mu.
 func (m *Manager) wakeQueueLocked(name string) {
 	if q, ok := m.queues[name]; ok {
 		q.signal(WakeLocal)
@@ -228,4 +229,10 @@ func (m *Manager) Waiters() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.waiting
+}
+
+// jitter is a random pause in [lo, hi], so that sidecars backing off
+// together do not retry together.
+func jitter(lo, hi time.Duration) time.Duration {
+	return lo + mrand.N(hi-lo+1)
 }

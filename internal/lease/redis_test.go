@@ -31,6 +31,13 @@ type realFixture struct {
 
 func newRealFixture(t *testing.T, keyTTL time.Duration, tune func(*lease.Config)) *realFixture {
 	t.Helper()
+	return newRealFixtureWith(t, keyTTL, 50*time.Millisecond, nil, tune)
+}
+
+// newRealFixtureWith is newRealFixture with the masters' node timeout, and
+// wrap (if not nil) between the Manager and its locker.
+func newRealFixtureWith(t *testing.T, keyTTL, nodeTimeout time.Duration, wrap func(lease.Locker) lease.Locker, tune func(*lease.Config)) *realFixture {
+	t.Helper()
 	f := &realFixture{servers: redistest.StartN(t, 3), obs: &countingObserver{}}
 	nodes := make([]redlock.Node, len(f.servers))
 	for i, s := range f.servers {
@@ -41,11 +48,15 @@ func newRealFixture(t *testing.T, keyTTL time.Duration, tune func(*lease.Config)
 		t.Cleanup(func() { _ = c.Close() })
 		f.raw = append(f.raw, c)
 	}
-	locker, err := redlock.New(nodes, redlock.Config{NodeTimeout: 50 * time.Millisecond, Fencing: true})
+	locker, err := redlock.New(nodes, redlock.Config{NodeTimeout: nodeTimeout, Fencing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.locker = locker
+	var managed lease.Locker = locker
+	if wrap != nil {
+		managed = wrap(locker)
+	}
 	cfg := lease.Config{
 		KeyPrefix: "t:", KeyTTL: keyTTL, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: 10 * time.Second,
 		MaxHold: time.Hour, Observer: f.obs,
@@ -53,7 +64,7 @@ func newRealFixture(t *testing.T, keyTTL time.Duration, tune func(*lease.Config)
 	if tune != nil {
 		tune(&cfg)
 	}
-	if f.m, err = lease.NewManager(locker, cfg); err != nil {
+	if f.m, err = lease.NewManager(managed, cfg); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.m.Close(context.Background()) })

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sidelock/sidelock/pkg/redlock"
@@ -14,7 +15,9 @@ import (
 // call per master. Thousands of held locks then cost a few script calls
 // per tick, not a round trip each. A lease is renewed every third of its
 // key ttl (never later: slots round down); after a failed renewal it is
-// retried every tenth, until its validity runs out and it is lost.
+// retried every tenth, until its validity runs out and it is lost. A
+// caller's heartbeat is a renewal too (lease.extend): its verdict is
+// applied by the same code, and moves the lease to a later slot.
 
 // renewQuantum is the width of a renewal slot and the renewer's tick.
 const renewQuantum = 50 * time.Millisecond
@@ -37,9 +40,10 @@ func (m *Manager) scheduleLocked(l *lease, at time.Time) {
 	m.renewals[s] = append(m.renewals[s], l)
 }
 
-// renewLoop ticks until the Manager closes. While no lease waits in the
-// grid it stops ticking: a pod holding nothing costs no CPU (measured in
-// docs/scale.md, a 50ms tick costs an idle sidecar about 0.4 ms/s).
+// renewLoop is the renewer: it ticks until the Manager closes. While no
+// lease waits in the grid it stops ticking: a pod holding nothing costs no
+// CPU (measured in docs/scale.md, a 50ms tick costs an idle sidecar about
+// 0.4 ms/s).
 func (m *Manager) renewLoop() {
 	defer close(m.renewerDone)
 	t := time.NewTicker(renewQuantum)
@@ -58,7 +62,7 @@ func (m *Manager) renewLoop() {
 		case <-m.stopping:
 			return
 		case <-t.C:
-			m.renewDue(m.cfg.Now())
+			m.renewDue(time.Now())
 		}
 	}
 }
@@ -69,7 +73,9 @@ func (m *Manager) gridEmpty() bool {
 	return len(m.renewals) == 0
 }
 
-// renewDue renews every live lease whose slot has come.
+// renewDue renews every live lease whose slot has come. The round has no
+// caller to bound it: each call to a master is bounded by the locker's
+// node timeout.
 func (m *Manager) renewDue(now time.Time) {
 	start, due, items := m.takeDue(now)
 	if len(due) == 0 {
@@ -89,7 +95,7 @@ func (m *Manager) renewDue(now time.Time) {
 func (m *Manager) takeDue(now time.Time) (time.Time, []*lease, []redlock.ExtendItem) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	start := m.cfg.Now()
+	start := time.Now()
 	current := slotOf(now)
 	var due []*lease
 	var items []redlock.ExtendItem
@@ -144,16 +150,81 @@ func (l *lease) renewedDone() {
 	}
 }
 
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
+// applyRenewal records the verdict of an extend round that began at start
+// (read under the Manager's lock, after the ttl it used). A round that ends
+// after the keys' validity has run out loses the lease even if it
+// succeeded: the lock may have been free, and granted and released,
+// meanwhile. A grant moves the validity later, never beyond what a ttl cut
+// made since the round began allows. The error matches ErrLeaseGone when
+// the lease is lost.
+func (l *lease) applyRenewal(start time.Time, g redlock.Grant, err error) error {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	switch {
+	case errors.Is(err, redlock.ErrNotHeld):
+		return errors.Join(ErrLeaseGone, err)
+	case !time.Now().Before(l.keysValidUntil):
+		return errors.Join(fmt.Errorf("%w: the renewal ended after the lock's validity ran out", ErrLeaseGone), err)
+	case err != nil:
+		return err
 	}
-	return a
+	v := g.ValidUntil
+	if start.Before(l.cutAt) {
+		v = earlier(v, l.cutCap)
+	}
+	l.keysValidUntil = later(l.keysValidUntil, v)
+	return nil
 }
 
-func earlier(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
+// renewalDoneLocked schedules the next renewal after one that succeeded
+// (a renewal interval on) or failed (a retry interval on, never past the
+// validity), and returns the event to publish: renewed, expiring or none.
+// Heartbeats and the renewer share it. The caller holds the Manager's lock.
+func (l *lease) renewalDoneLocked(err error) Event {
+	now := time.Now()
+	if err == nil {
+		l.m.scheduleLocked(l, now.Add(l.renewInterval()))
+		return l.renewedLocked()
 	}
-	return a
+	left := l.keysValidUntil.Sub(now)
+	l.m.scheduleLocked(l, now.Add(min(l.retryInterval(), max(left, 0))))
+	return l.renewalFailedLocked(err)
 }
+
+// renewedLocked notes a successful renewal and returns its event. The
+// caller holds the Manager's lock.
+func (l *lease) renewedLocked() Event {
+	l.expiringSent = false
+	if l.wantKeyTTL < l.keyTTL {
+		l.cutKeyTTLLocked(l.wantKeyTTL) // an earlier promise may have passed
+	}
+	return Event{Kind: EventRenewed, ValidUntil: l.promiseLocked()}
+}
+
+// renewalFailedLocked notes a failed renewal and returns the event to
+// publish, if any: the first time the validity is within the margin, the
+// caller is warned while it can still stop in time. The caller holds the
+// Manager's lock.
+func (l *lease) renewalFailedLocked(cause error) Event {
+	left := time.Until(l.keysValidUntil)
+	if l.expiringSent || left > l.expiringMargin() {
+		return Event{}
+	}
+	l.expiringSent = true
+	valid := l.promiseLocked()
+	l.m.log.Warn("lock expiring: renewals keep failing", "name", l.name, "owner", l.owner,
+		"valid_for", left.Round(time.Millisecond), "cause", cause)
+	return Event{Kind: EventExpiring, ValidUntil: valid}
+}
+
+// renewInterval is a third of the key ttl: two more tries fit before the
+// key would lapse.
+func (l *lease) renewInterval() time.Duration { return l.keyTTL / 3 }
+
+// retryInterval spaces renewals after a failed one.
+func (l *lease) retryInterval() time.Duration { return max(l.keyTTL/10, 10*time.Millisecond) }
+
+// expiringMargin is how close to the end of its validity a lease whose
+// renewals keep failing warns its caller (EventExpiring): a renewal
+// interval, so a caller has about a third of the key ttl to stop.
+func (l *lease) expiringMargin() time.Duration { return l.renewInterval() }

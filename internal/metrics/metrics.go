@@ -45,22 +45,22 @@ var latencyBuckets = prometheus.ExponentialBucketsRange(0.0001, 10, 16)
 func New(reg prometheus.Registerer, src Sources) *Metrics {
 	m := &Metrics{
 		acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "sidelock_acquire_duration_seconds", Help: "Time to answer an acquisition, by outcome (acquired, held, no_quorum, overloaded, invalid, limited, error).", Buckets: latencyBuckets,
+			Name: "sidelock_acquire_duration_seconds", Help: "Time to answer an acquisition, by outcome: acquired, held, no_quorum, overloaded, invalid, limited (a sidecar limit refused it), error (anything else, such as a caller that went away).", Buckets: latencyBuckets,
 		}, []string{"outcome"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "sidelock_wait_duration_seconds", Help: "Time callers that asked to wait spent waiting for a lock, by outcome.", Buckets: latencyBuckets,
+			Name: "sidelock_wait_duration_seconds", Help: "Time callers that asked to wait spent waiting for a lock, by outcome: acquired, held (the wait ran out), no_quorum, overloaded, limited (too many waiters), error (anything else, such as a caller that went away).", Buckets: latencyBuckets,
 		}, []string{"outcome"}),
 		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sidelock_wakeups_total", Help: "Wake-ups of a waiting queue's head, by source (pubsub, local, expiry, poll, split).",
+			Name: "sidelock_wakeups_total", Help: "Wake-ups of a waiting queue's head, by source: pubsub (a master announced a release), local (a lease of this sidecar ended), expiry (the holder's keys could have lapsed), poll (the fallback poll), split (back-off after a split vote), retry (back-off after a round without quorum or refused as overloaded).",
 		}, []string{"source"}),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sidelock_renewals_total", Help: "Renewals of held locks on the masters (background and heartbeats), by outcome (ok, failed).",
+			Name: "sidelock_renewals_total", Help: "Renewal rounds of held locks on the masters, the background renewer's and heartbeats', by outcome: ok, failed (not granted by a quorum: retried while the validity lasts, lost at once if another value holds the lock).",
 		}, []string{"outcome"}),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sidelock_releases_total", Help: "Leases ended and released on the masters, by reason (released, expired, lost, shutdown).",
+			Name: "sidelock_releases_total", Help: "Leases ended, by reason: released (by the caller), expired (the caller stopped extending), lost (the lock could not be kept), max_hold (the lease reached its cap), shutdown (the sidecar stopped). All but shutdown delete the keys on the masters; at shutdown they are left to lapse, not before the valid_until promised.",
 		}, []string{"reason"}),
 		lost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sidelock_locks_lost_total", Help: "Locks lost because renewal could not keep a quorum before the validity ran out.",
+			Name: "sidelock_locks_lost_total", Help: "Locks lost: a renewal or heartbeat found the lock held by another value, or no quorum before the validity ran out (sidelock_releases_total{reason=\"lost\"}; max_hold is not counted here).",
 		}),
 		overload: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sidelock_overloaded_total", Help: "Acquisitions refused with 429 overloaded: this sidecar could not get their round to the masters in time (a burst beyond what it can serve), as opposed to no_quorum (the masters).",

@@ -57,7 +57,7 @@ sidelock_guard_events_total{guard="restart_probation"} 3
 # HELP sidelock_locks_held Locks currently held through this sidecar.
 # TYPE sidelock_locks_held gauge
 sidelock_locks_held 7
-# HELP sidelock_locks_lost_total Locks lost because renewal could not keep a quorum before the validity ran out.
+# HELP sidelock_locks_lost_total Locks lost: a renewal or heartbeat found the lock held by another value, or no quorum before the validity ran out (sidelock_releases_total{reason="lost"}; max_hold is not counted here).
 # TYPE sidelock_locks_lost_total counter
 sidelock_locks_lost_total 1
 `

@@ -1,0 +1,558 @@
+// Package lease holds the locks this sidecar takes for its callers, and
+// keeps them alive for as long as their callers are.
+//
+// Two clocks run per lease. The keys on the masters carry a short key ttl
+// (default 10s, never more than the caller's ttl), which the Manager's one
+// renewer goroutine extends on a quorum about every third of it, with one
+// batched call per master per tick for every lease then due (renewer.go):
+// a sidecar that dies frees its locks within one key ttl. The caller's
+// lease (its ttl) is kept alive by Extend, or for a hold by the caller's
+// connection; when it lapses (never before a valid_until already
+// promised), renewal stops and the keys are deleted.
+//
+// A lease has no goroutine of its own (lease.go): the renewer renews it,
+// timers end it when its caller's lease lapses or its cap is reached, and
+// its mutex serialises its heartbeats, its release and its end, so no two
+// operations on one lease race while leases never wait for each other.
+//
+// Contexts. Acquire, Extend, Release and Inspect, given a ctx that has
+// already ended, answer ctx.Err() without touching a lease or the masters
+// (a request is still checked first: an invalid one, or a wrong token, is
+// answered as such). A ctx that ends later bounds the caller's wait, never
+// the lock:
+//   - Acquire bounds its wait in the queue and its rounds to the masters,
+//     Inspect its round, by ctx. A round cut short answers ctx.Err(), not
+//     no quorum (it says nothing about the masters), and a lock granted to
+//     a caller whose ctx ended is released at once.
+//   - Extend bounds its confirmation round by ctx. Cut short, it answers
+//     ctx.Err(); the heartbeat still counts (its ttl and the lease's new
+//     expiry stand, as for a heartbeat whose answer was lost), every
+//     valid_until already promised stands, and the renewer keeps renewing
+//     the lease on its schedule. A round cut short is not counted as a
+//     failed renewal.
+//   - Release is honoured until it starts to end the lease: a ctx that
+//     ended before (or while it queued behind another operation on the
+//     lease) leaves the lease held, to be released again or to lapse. Once
+//     it starts, the end runs to completion, deletion on the masters
+//     included, whatever ctx does: a release cut short would have forgotten
+//     the lease, so no token could delete its keys any more.
+//   - A lease's operations queue for its mutex without watching ctx (it is
+//     looked at again once they have it): the one ahead holds it only until
+//     its round to the masters (and, for an end, a batch renewal of the
+//     lease in flight) is over, every call bounded by the locker's node
+//     timeout.
+//   - Close bounds by ctx only its wait for the leases to end; they end.
+//
+// What is NOT guaranteed: a lease is an advisory lock. ValidUntil is the only
+// promise — until then a majority of masters holds the key. If every renewal
+// fails until then, the lease is lost: Extend and Release answer ErrLeaseGone
+// from that moment, but a caller that does not ask will not know. A caller
+// that must not act on a stale lock uses fencing.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sidelock/sidelock/pkg/redlock"
+)
+
+// Errors returned by Manager; match with errors.Is.
+var (
+	ErrInvalid      = errors.New("invalid request")
+	ErrLockHeld     = redlock.ErrLockHeld
+	ErrNoQuorum     = redlock.ErrNoQuorum
+	ErrLeaseGone    = errors.New("lease gone")
+	ErrShuttingDown = errors.New("sidecar is shutting down")
+)
+
+// HeldError carries the retry hint of ErrLockHeld.
+type HeldError = redlock.HeldError
+
+// Limits of a request, enforced by Manager.
+const (
+	MinTTL = time.Second
+	// MaxNoQuorumRetry bounds Config.NoQuorumRetry: a try-once acquire
+	// must still fail fast in a real outage.
+	MaxNoQuorumRetry = 5 * time.Second
+)
+
+// Config configures a Manager; Validate reports bad combinations.
+type Config struct {
+	KeyPrefix  string        // namespace of keys on the masters (keyprefix.go)
+	KeyTTL     time.Duration // longest ttl put on the masters
+	DefaultTTL time.Duration // caller ttl when none is asked for
+	MaxTTL     time.Duration // longest caller ttl
+	MaxWait    time.Duration // longest wait for a held lock
+	MaxHold    time.Duration // cap on any lease's life (0: none)
+	MaxLocks   int           // live leases at once (0: DefaultMaxLocks); see limits.go
+	MaxWaiters int           // callers waiting at once (0: DefaultMaxWaiters)
+	// MaxWaitersPerName bounds one name's queue (0: a quarter of
+	// MaxWaiters), so one hot name cannot take every waiting slot.
+	MaxWaitersPerName int
+	// NoQuorumRetry is how long a try-once acquire may keep retrying
+	// rounds that found no quorum (0: it answers after one round).
+	NoQuorumRetry time.Duration
+	// QuorumUp reports whether the health checks last found a quorum (nil:
+	// assume so). A try-once acquire does not retry while they did not: a
+	// known outage fails at once.
+	QuorumUp func() bool
+	// MaxAcquireRounds bounds the acquisition rounds in flight to the
+	// masters at once, and AdmissionWait how long an acquisition waits for
+	// a place before it is refused as overloaded (0: the defaults); see
+	// overload.go. Renewals are not bounded.
+	MaxAcquireRounds int
+	AdmissionWait    time.Duration
+
+	Observer Observer     // nil: none
+	Logger   *slog.Logger // nil: discard
+}
+
+// Validate checks the timing rules that keep renewal sound.
+func (c Config) Validate() error {
+	if err := ValidateKeyPrefix(c.KeyPrefix); err != nil {
+		return fmt.Errorf("key prefix %w", err)
+	}
+	switch {
+	case c.KeyTTL < MinTTL:
+		return fmt.Errorf("key ttl %v must be at least %v", c.KeyTTL, MinTTL)
+	case c.MaxTTL < MinTTL:
+		return fmt.Errorf("max ttl %v must be at least %v", c.MaxTTL, MinTTL)
+	case c.KeyTTL > c.MaxTTL:
+		return fmt.Errorf("key ttl %v must not exceed max ttl %v", c.KeyTTL, c.MaxTTL)
+	case c.DefaultTTL < MinTTL || c.DefaultTTL > c.MaxTTL:
+		return fmt.Errorf("default ttl %v must be within [%v, %v]", c.DefaultTTL, MinTTL, c.MaxTTL)
+	case c.MaxWait < 0:
+		return fmt.Errorf("max wait %v must not be negative", c.MaxWait)
+	case c.MaxHold < 0:
+		return fmt.Errorf("max hold %v must not be negative", c.MaxHold)
+	case c.NoQuorumRetry < 0 || c.NoQuorumRetry > MaxNoQuorumRetry:
+		return fmt.Errorf("no-quorum retry %v must be within [0s, %v]", c.NoQuorumRetry, MaxNoQuorumRetry)
+	}
+	return errors.Join(c.validateLimits(), c.validateAdmission())
+}
+
+// Request asks for a lock.
+type Request struct {
+	Name  string
+	Owner string        // free label for humans
+	TTL   time.Duration // caller's lease; 0 takes the default
+	Wait  time.Duration // how long to wait for a held lock; 0 tries once
+	// IdempotencyKey makes a retried acquire safe: while this sidecar holds
+	// the name for a lease acquired with the same key, Acquire returns that
+	// lease (same token) instead of ErrLockHeld.
+	IdempotencyKey string
+	// Hold keeps the lease alive without heartbeats, for as long as the
+	// caller's connection lives; the caller releases when it closes.
+	Hold bool
+	// MaxHold caps the lease's whole life, heartbeats or not (0: the
+	// Manager's MaxHold). Reaching it ends the lease as lost (max_hold).
+	MaxHold time.Duration
+}
+
+// Info describes a lease held through this sidecar.
+type Info struct {
+	Name           string
+	Token          string // set only in answers to the lease's holder
+	Owner          string
+	TTL            time.Duration
+	AcquiredAt     time.Time
+	LeaseExpiresAt time.Time // when the caller's lease lapses without Extend
+	ValidUntil     time.Time // until when a quorum holds the key
+	Fence          int64     // the grant's fencing token (0 when fencing is off)
+	Hold           bool      // kept alive by the caller's connection
+	MaxHoldAt      time.Time // when the lease ends whatever happens (zero: never)
+}
+
+// Status is what the masters say about a lock name.
+type Status struct {
+	Name       string
+	Held       bool
+	Owner      string
+	ValidUntil time.Time
+	Fence      int64
+}
+
+// Manager holds the leases of this sidecar.
+type Manager struct {
+	locker Locker
+	cfg    Config
+	obs    Observer
+	log    *slog.Logger
+
+	stopping chan struct{}  // closed by Close: every lease ends
+	wg       sync.WaitGroup // one per live lease, done when it has ended
+	limits   limiter
+	admit    *admission // bounds acquisition rounds (overload.go)
+
+	mu      sync.Mutex
+	closing bool
+	leases  map[string]*lease   // live leases by name
+	pending map[string]struct{} // names being acquired right now
+	queues  map[string]*queue   // callers waiting, by name
+	waiting int                 // callers in all queues
+	// renewals is the renewal grid: leases by the slot they renew in.
+	renewals    map[int64][]*lease
+	renewWake   chan struct{} // 1-buffered: the grid gained its first lease
+	renewerDone chan struct{}
+}
+
+// NewManager returns a Manager that locks through locker, and starts its
+// renewer.
+func NewManager(locker Locker, cfg Config) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withLimitDefaults().withAdmissionDefaults()
+	obs := cfg.Observer
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{
+		locker:      newRenewalRetrier(locker), // overload.go
+		cfg:         cfg,
+		obs:         obs,
+		log:         log,
+		stopping:    make(chan struct{}),
+		leases:      make(map[string]*lease),
+		pending:     make(map[string]struct{}),
+		queues:      make(map[string]*queue),
+		renewals:    make(map[int64][]*lease),
+		renewWake:   make(chan struct{}, 1),
+		renewerDone: make(chan struct{}),
+		admit:       newAdmission(cfg.MaxAcquireRounds, cfg.AdmissionWait),
+	}
+	go m.renewLoop()
+	return m, nil
+}
+
+// Acquire takes the lock for req, waiting up to req.Wait in this sidecar's
+// FIFO queue for the name while it is held elsewhere. If ctx ends while the
+// lock is being granted, the lock is released at once: a departed caller
+// never holds a lock.
+func (m *Manager) Acquire(ctx context.Context, req Request) (Info, error) {
+	start := time.Now()
+	req, err := m.normalize(req)
+	if err != nil {
+		m.obs.Acquisition(OutcomeInvalid, 0)
+		return Info{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		m.obs.Acquisition(outcomeOf(err), time.Since(start))
+		return Info{}, err
+	}
+	info, replayed, err := m.replay(req)
+	if err != nil || replayed {
+		m.obs.Acquisition(outcomeOf(err), time.Since(start))
+		return info, err
+	}
+	if req.Wait == 0 {
+		info, err = m.tryAcquireOnce(ctx, req, start)
+	} else {
+		info, err = m.acquireWaitingWithinLimit(ctx, req, start.Add(req.Wait))
+		m.obs.Waited(outcomeOf(err), time.Since(start))
+	}
+	m.obs.Acquisition(outcomeOf(err), time.Since(start))
+	return info, err
+}
+
+// tryAcquireOnce is a try-once acquire: it answers at once whether the lock
+// is free, but one round without quorum (a slow answer, a master judged
+// again after reconnecting) is retried while the NoQuorumRetry budget
+// since start allows. Masters held out for longer (a restart probation)
+// make it fail as soon as the budget cannot cover a retry, and an outage
+// the health checks already see (QuorumUp) at once.
+func (m *Manager) tryAcquireOnce(ctx context.Context, req Request, start time.Time) (Info, error) {
+	budgetEnd := start.Add(m.cfg.NoQuorumRetry)
+	for {
+		info, err := m.tryAcquire(ctx, req, false)
+		if !errors.Is(err, ErrNoQuorum) {
+			return info, err
+		}
+		pause := noQuorumPause(err)
+		if time.Now().Add(pause).After(budgetEnd) || (m.cfg.QuorumUp != nil && !m.cfg.QuorumUp()) {
+			return info, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return Info{}, ctx.Err()
+		case <-m.stopping:
+			t.Stop()
+			return Info{}, ErrShuttingDown
+		}
+	}
+}
+
+// tryAcquire makes one round to the masters. A caller outside the queue
+// (fromQueue false) does not jump ahead of waiters. A caller whose ctx
+// ended during the round holds nothing and hears ctx's error, whatever the
+// masters answered: a round cut short says nothing about them.
+func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (Info, error) {
+	if err := m.reserve(req.Name, fromQueue); err != nil {
+		return Info{}, err
+	}
+	l, err := newLease(m, req)
+	if err != nil {
+		m.unreserve(req.Name)
+		return Info{}, err
+	}
+	grant, err := m.acquireAdmitted(ctx, l)
+	if ctx.Err() != nil {
+		if err == nil {
+			// The release must run whole although ctx has ended.
+			_ = m.locker.Release(context.WithoutCancel(ctx), l.key, l.value)
+		} // else the failed round released it everywhere (Locker.Acquire)
+		err = ctx.Err()
+	}
+	if err != nil {
+		m.unreserve(req.Name)
+		return Info{}, err
+	}
+	l.keysValidUntil = grant.ValidUntil
+	l.fence = grant.Fence
+	if err := m.start(l); err != nil {
+		_ = m.locker.Release(context.WithoutCancel(ctx), l.key, l.value)
+		return Info{}, err
+	}
+	return l.info(true), nil
+}
+
+// acquireAdmitted runs l's acquisition round once the admission gate lets
+// it (overload.go): beyond it, a burst is refused as overloaded instead of
+// timing out at the masters as no quorum.
+func (m *Manager) acquireAdmitted(ctx context.Context, l *lease) (redlock.Grant, error) {
+	leave, err := m.admit.enter(ctx, m.stopping)
+	if err != nil {
+		return redlock.Grant{}, err
+	}
+	defer leave()
+	return m.locker.Acquire(ctx, l.key, l.value, l.keyTTL)
+}
+
+// reserve lets one acquisition per name go to the masters from this
+// sidecar; others see the name as held without a round trip.
+func (m *Manager) reserve(name string, fromQueue bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closing {
+		return ErrShuttingDown
+	}
+	if _, queued := m.queues[name]; queued && !fromQueue {
+		return &HeldError{}
+	}
+	if l, ok := m.leases[name]; ok {
+		return &HeldError{RetryAfter: l.lapsesIn(time.Now())}
+	}
+	if _, ok := m.pending[name]; ok {
+		return &HeldError{}
+	}
+	if err := m.checkLockLimitLocked(); err != nil {
+		return err
+	}
+	m.pending[name] = struct{}{}
+	return nil
+}
+
+func (m *Manager) unreserve(name string) {
+	m.mu.Lock()
+	delete(m.pending, name)
+	m.mu.Unlock()
+}
+
+// start turns a granted reservation into a live lease: published by name,
+// placed in the renewal grid, its timers armed.
+func (m *Manager) start(l *lease) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.pending, l.name)
+	if m.closing {
+		return ErrShuttingDown
+	}
+	m.leases[l.name] = l
+	m.scheduleLocked(l, l.acquiredAt.Add(l.renewInterval()))
+	m.wg.Add(1) // done when the lease ends
+	l.startTimers()
+	return nil
+}
+
+// Extend renews the caller's lease, optionally with a new ttl, and confirms
+// the lock on a quorum so the answer carries a fresh ValidUntil. See the
+// package documentation for what ctx bounds.
+func (m *Manager) Extend(ctx context.Context, name, token string, ttl time.Duration) (Info, error) {
+	if ttl != 0 {
+		if err := m.checkTTL(ttl); err != nil {
+			return Info{}, err
+		}
+	}
+	l, err := m.find(name, token)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Info{}, err
+	}
+	return l.heartbeat(ctx, ttl)
+}
+
+// Release ends the caller's lease and deletes the key on the masters. See
+// the package documentation for what ctx bounds.
+func (m *Manager) Release(ctx context.Context, name, token string) error {
+	l, err := m.find(name, token)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return l.release(ctx)
+}
+
+// find returns the live lease of name if token is its token.
+func (m *Manager) find(name, token string) (*lease, error) {
+	m.mu.Lock()
+	l, ok := m.leases[name]
+	m.mu.Unlock()
+	if !ok || !l.hasToken(token) {
+		return nil, ErrLeaseGone
+	}
+	return l, nil
+}
+
+// Inspect reads the lock's state from the masters.
+func (m *Manager) Inspect(ctx context.Context, name string) (Status, error) {
+	if err := ValidateName(name); err != nil {
+		return Status{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Status{}, err
+	}
+	h, err := m.locker.Inspect(ctx, m.cfg.KeyPrefix+name)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Status{}, ctx.Err() // cut short: says nothing about the masters
+		}
+		return Status{}, err
+	}
+	st := Status{Name: name, Held: h.Held}
+	if h.Held {
+		st.Owner = ownerOf(h.Value)
+		st.ValidUntil = h.ValidUntil
+		st.Fence = h.Fence
+	}
+	return st, nil
+}
+
+// List returns the live leases of this sidecar by name, without tokens.
+func (m *Manager) List() []Info {
+	m.mu.Lock()
+	out := make([]Info, 0, len(m.leases))
+	for _, l := range m.leases {
+		out = append(out, l.infoLocked(false))
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Len is the number of live leases.
+func (m *Manager) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.leases)
+}
+
+// Close stops new acquisitions and ends every lease with EndShutdown,
+// waiting until they have ended and the renewer has stopped, or ctx ends.
+// It does not delete their keys: a caller told of the end may still act
+// until the valid_until it was promised, so the keys lapse then (within a
+// key ttl) instead. Callers that want a prompt hand-off release before the
+// sidecar stops.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if !m.closing {
+		m.closing = true
+		close(m.stopping)
+	}
+	live := make([]*lease, 0, len(m.leases))
+	for _, l := range m.leases {
+		live = append(live, l)
+	}
+	m.mu.Unlock()
+	for _, l := range live {
+		go l.finish(EndShutdown, nil)
+	}
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); <-m.renewerDone; close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("ending %d leases: %w", m.Len(), ctx.Err())
+	}
+}
+
+func (m *Manager) normalize(req Request) (Request, error) {
+	if err := ValidateName(req.Name); err != nil {
+		return req, err
+	}
+	if err := ValidateOwner(req.Owner); err != nil {
+		return req, err
+	}
+	if err := validateIdempotencyKey(req); err != nil {
+		return req, err
+	}
+	if req.TTL == 0 {
+		req.TTL = m.cfg.DefaultTTL
+	}
+	if err := m.checkTTL(req.TTL); err != nil {
+		return req, err
+	}
+	if req.MaxHold < 0 || (m.cfg.MaxHold > 0 && req.MaxHold > m.cfg.MaxHold) {
+		return req, fmt.Errorf("%w: max_hold %v must be within [0s, %v]", ErrInvalid, req.MaxHold, m.cfg.MaxHold)
+	}
+	if req.Wait < 0 || req.Wait > m.cfg.MaxWait {
+		return req, fmt.Errorf("%w: wait %v must be within [0s, %v]", ErrInvalid, req.Wait, m.cfg.MaxWait)
+	}
+	return req, nil
+}
+
+func (m *Manager) checkTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl > m.cfg.MaxTTL {
+		return fmt.Errorf("%w: ttl %v must be within [%v, %v]", ErrInvalid, ttl, MinTTL, m.cfg.MaxTTL)
+	}
+	return nil
+}
+
+// keyTTL is the ttl put on the masters for a caller ttl.
+func (m *Manager) keyTTL(ttl time.Duration) time.Duration { return min(ttl, m.cfg.KeyTTL) }
+
+func outcomeOf(err error) Outcome {
+	switch {
+	case err == nil:
+		return OutcomeAcquired
+	case errors.Is(err, ErrLockHeld):
+		return OutcomeHeld
+	case errors.Is(err, ErrNoQuorum):
+		return OutcomeNoQuorum
+	case errors.Is(err, ErrOverloaded):
+		return OutcomeOverloaded
+	case errors.Is(err, ErrInvalid):
+		return OutcomeInvalid
+	case errors.Is(err, ErrTooManyLocks), errors.Is(err, ErrTooManyWaiters):
+		return OutcomeLimited
+	default:
+		return OutcomeError
+	}
+}
