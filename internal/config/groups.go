@@ -14,7 +14,7 @@ type GroupSpec struct {
 	Masters []MasterAddr
 }
 
-// addrs are the group's masters by host:port, the only name they go by.
+// Addrs are the group's masters by host:port, the only name they go by.
 func (g GroupSpec) Addrs() []string { return HostPorts(g.Masters) }
 
 var groupNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -143,7 +143,7 @@ func UnionGroups(current, previous []GroupSpec) []GroupSpec {
 	return all
 }
 
-// groups returns the quorum groups to lock in, and during a migration the
+// Groups returns the quorum groups to lock in, and during a migration the
 // list before it (nil otherwise). SIDELOCK_REDIS_ADDRS is one group.
 func (c Config) Groups() (current, previous []GroupSpec, err error) {
 	current, err = parseGroups(c.RedisGroups)

@@ -52,7 +52,7 @@ func (m MasterAddr) LogValue() slog.Value { return slog.StringValue(m.hostPort) 
 // hasCredentials is true for a URL that named a user or a password.
 func (m MasterAddr) hasCredentials() bool { return m.username != "" || m.password != "" }
 
-// credentials are the user and password to AUTH with: the URL's, else
+// Credentials are the user and password to AUTH with: the URL's, else
 // SIDELOCK_REDIS_USERNAME and SIDELOCK_REDIS_PASSWORD (checkMasterSettings
 // refuses a configuration that sets both).
 func (m MasterAddr) Credentials(cfg Config) (username, password string) {
