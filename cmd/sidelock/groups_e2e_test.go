@@ -27,11 +27,7 @@ func groupsEnv(groups map[string][]*redistest.Server, names ...string) string {
 
 // groupOf is the group a list of group names maps a lock name to.
 func groupOf(name string, list ...string) string {
-	groups := make([]shard.Group, len(list))
-	for i, g := range list {
-		groups[i].Name = g
-	}
-	return list[shard.Pick(groups, "e2e:"+name)]
+	return list[shard.Pick(list, "e2e:"+name)]
 }
 
 // namesIn returns n lock names that the group list maps to group.

@@ -19,6 +19,7 @@ import (
 	"github.com/lmittmann/tint"
 
 	"github.com/sidelock/sidelock/internal/injector"
+	assembly "github.com/sidelock/sidelock/internal/sidecar"
 )
 
 // injectorOptions are the settings of `sidelock injector`: flags, each
@@ -133,7 +134,7 @@ func runInjector(ctx context.Context, args []string, getenv func(string) string,
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	srv := newHTTPServer(mux, log)
+	srv := assembly.NewHTTPServer(mux, log) // the sidecar's timeouts
 	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
 
 	ln, err := net.Listen("tcp", o.listen)

@@ -25,33 +25,48 @@ func (n infoNode) ServerInfo(ctx context.Context) (redlock.ServerInfo, error) {
 	return redlock.ServerInfo(info), err
 }
 
-// quorumView records what the checker told the quorum, as Locker would.
-type quorumView struct {
-	mu       sync.Mutex
-	eligible map[int]bool
-	verdicts map[int]redlock.Eligibility
-}
-
-func (q *quorumView) Set(i int, e redlock.Eligibility) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.eligible[i] = e.Eligible
-	if q.verdicts == nil {
-		q.verdicts = map[int]redlock.Eligibility{}
+// group is a quorum group over nodes: the Locker the checker records its
+// verdicts on.
+func group(t testing.TB, name string, nodes ...redlock.Node) *redlock.Locker {
+	t.Helper()
+	l, err := redlock.New(nodes, redlock.Config{Name: name})
+	if err != nil {
+		t.Fatal(err)
 	}
-	q.verdicts[i] = e
+	return l
 }
 
-func (q *quorumView) Get(i int) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.eligible[i]
+// one is a single quorum group over nodes.
+func one(t testing.TB, nodes ...redlock.Node) []*redlock.Locker {
+	t.Helper()
+	return []*redlock.Locker{group(t, "", nodes...)}
 }
 
-func (q *quorumView) Verdict(i int) redlock.Eligibility {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.verdicts[i]
+// quorumView reads what the checker told the groups' Lockers about each
+// master, the masters numbered as in a Report (group after group).
+type quorumView struct{ groups []*redlock.Locker }
+
+func (q quorumView) Verdict(i int) redlock.Eligibility {
+	for _, g := range q.groups {
+		if n := len(g.Nodes()); i >= n {
+			i -= n
+			continue
+		}
+		return g.Eligibility(i)
+	}
+	panic(fmt.Sprintf("no master %d", i))
+}
+
+func (q quorumView) Get(i int) bool { return q.Verdict(i).Eligible }
+
+// told fails unless every group's Locker was told what r says of its masters.
+func (q quorumView) told(t testing.TB, r health.Report) {
+	t.Helper()
+	for i, s := range r.Nodes {
+		if q.Get(i) != s.Eligible {
+			t.Fatalf("master %d (%s): report eligible=%v, its group told %v", i, s.Addr, s.Eligible, q.Get(i))
+		}
+	}
 }
 
 // logRecorder keeps "LEVEL message master" lines.
@@ -98,7 +113,7 @@ type fixture struct {
 	t       *testing.T
 	clock   *fakeclock.Clock
 	mem     []*memnode.Node
-	quorum  *quorumView
+	quorum  quorumView
 	logs    *logRecorder
 	checker *health.Checker
 }
@@ -109,17 +124,25 @@ const guard = 10 * time.Second
 // age, checked with cfg plus the fixture's clock, quorum view and logger.
 func newFixture(t *testing.T, n int, age time.Duration, cfg health.Config) *fixture {
 	t.Helper()
+	return startFixture(t, n, age, cfg, func(m *memnode.Node) redlock.Node { return infoNode{m} })
+}
+
+// startFixture runs n masters, each a memnode seen through node, up for
+// age, and a checker of them as newFixture describes.
+func startFixture(t *testing.T, n int, age time.Duration, cfg health.Config, node func(*memnode.Node) redlock.Node) *fixture {
+	t.Helper()
 	f := &fixture{t: t, clock: fakeclock.New(time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)),
-		quorum: &quorumView{eligible: map[int]bool{}}, logs: &logRecorder{}}
+		logs: &logRecorder{}}
 	nodes := make([]redlock.Node, n)
 	for i := range n {
 		m := memnode.New(fmt.Sprintf("m%d", i), memnode.WithClock(f.clock.Now))
 		f.mem = append(f.mem, m)
-		nodes[i] = infoNode{m}
+		nodes[i] = node(m)
 	}
 	f.clock.Advance(age)
-	cfg.Now, cfg.SetEligible, cfg.Logger = f.clock.Now, f.quorum.Set, slog.New(f.logs)
-	c, err := health.New(nodes, n/2+1, cfg)
+	cfg.Now, cfg.Logger = f.clock.Now, slog.New(f.logs)
+	f.quorum = quorumView{one(t, nodes...)}
+	c, err := health.New(f.quorum.groups, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +155,7 @@ func newFixture(t *testing.T, n int, age time.Duration, cfg health.Config) *fixt
 func (f *fixture) check() health.Report {
 	f.t.Helper()
 	r := f.checker.Check(context.Background())
-	for i, s := range r.Nodes {
-		if f.quorum.Get(i) != s.Eligible {
-			f.t.Fatalf("master %d: report eligible=%v, quorum told %v", i, s.Eligible, f.quorum.Get(i))
-		}
-	}
+	f.quorum.told(f.t, r)
 	return r
 }
 
@@ -356,7 +375,7 @@ func TestDuplicatesAndReplicasAreKeptOut(t *testing.T) {
 func TestAMasterWithoutServerInfoFallsBackOnObservedDowntime(t *testing.T) {
 	c := fakeclock.New(time.Now())
 	m := memnode.New("plain", memnode.WithClock(c.Now))
-	checker, _ := health.New([]redlock.Node{m}, 1, health.Config{RestartGuard: guard, Now: c.Now})
+	checker, _ := health.New(one(t, m), health.Config{RestartGuard: guard, Now: c.Now})
 	if r := checker.Check(context.Background()); r.Ready || r.Nodes[0].ProbationRemaining != health.Duration(guard) {
 		t.Fatalf("first round: %+v", r.Nodes[0])
 	}

@@ -78,14 +78,6 @@ type GroupState struct {
 	Masters  []string `json:"masters"`
 }
 
-// Group describes a quorum group: the next Size masters in the order given
-// to New, of which Quorum make a majority.
-type Group struct {
-	Name   string
-	Size   int
-	Quorum int
-}
-
 // ReadyPolicy says when a sidecar with several quorum groups is ready.
 type ReadyPolicy string
 
@@ -144,10 +136,6 @@ type Config struct {
 	// Fencing says fence counters live on the masters, so a master that may
 	// lose writes is warned about (once) and shown in the report.
 	Fencing bool
-	// SetEligible tells the lockers whether master i (in the order given
-	// to New) counts towards a quorum, and over which connections; pass
-	// redlock.Locker.SetEligibility. nil only reports.
-	SetEligible func(i int, e redlock.Eligibility)
 	// Logger receives the guards' findings (default: discarded).
 	Logger *slog.Logger
 
@@ -161,10 +149,8 @@ type Config struct {
 	// have it read every round.
 	InfoMaxAge time.Duration
 
-	// Groups splits the masters into quorum groups (nil: one group of all
-	// of them, with the quorum given to New), and ReadyPolicy says which
-	// groups must have a quorum for the Report to be ready (default all).
-	Groups      []Group
+	// ReadyPolicy says which of several quorum groups must have a quorum
+	// for the Report to be ready (default all).
 	ReadyPolicy ReadyPolicy
 
 	// StarvedDuring is called as a round starts; the function it returns
@@ -175,9 +161,15 @@ type Config struct {
 	StarvedDuring func() (starved func() bool)
 }
 
-// Checker checks the masters. Report is safe for concurrent use.
+// Checker checks the masters of quorum groups. Report is safe for
+// concurrent use.
 type Checker struct {
+	groups []*redlock.Locker
+	// nodes are every group's masters, one group after another: the guards
+	// judge them together (two groups must not share a server either), and
+	// at[i] is where nodes[i] sits in its group.
 	nodes []redlock.Node
+	at    []member
 	cfg   Config
 
 	round  sync.Mutex // one round at a time: rounds update guards
@@ -202,13 +194,18 @@ type conclusive struct {
 	ok  bool
 }
 
-// New returns a Checker of nodes, ready when quorum of them answer and
-// are eligible; with cfg.Groups, quorum is ignored and each group has its
-// own (nodes then lists the groups' masters one group after another).
-// With a RestartGuard, every master is kept out of the quorum
-// until the first round has judged it: run a Check before serving.
-func New(nodes []redlock.Node, quorum int, cfg Config) (*Checker, error) {
-	if err := checkGroups(len(nodes), quorum, &cfg); err != nil {
+// member places a master: index is its position in groups[group].Nodes(),
+// the one SetEligibility takes.
+type member struct{ group, index int }
+
+// New returns a Checker of the groups' masters. Each round's verdict on a
+// master is recorded on its group's Locker (SetEligibility), and a group
+// is ready while its Quorum of masters answer and are eligible; with
+// several groups, cfg.ReadyPolicy says which must be. With a RestartGuard,
+// every master is kept out of the quorum until the first round has judged
+// it: run a Check before serving.
+func New(groups []*redlock.Locker, cfg Config) (*Checker, error) {
+	if err := checkGroups(groups, &cfg); err != nil {
 		return nil, err
 	}
 	if cfg.RestartGuard < 0 {
@@ -226,22 +223,25 @@ func New(nodes []redlock.Node, quorum int, cfg Config) (*Checker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.SetEligible == nil {
-		cfg.SetEligible = func(int, redlock.Eligibility) {}
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.StarvedDuring == nil {
 		cfg.StarvedDuring = schedulerStarvation(cfg.Timeout)
 	}
-	c := &Checker{nodes: nodes, cfg: cfg, guards: newGuards(len(nodes)), wake: make(chan struct{}, 1),
-		lastConclusive: make([]conclusive, len(nodes))}
-	states := make([]NodeState, len(nodes))
+	c := &Checker{groups: groups, cfg: cfg, wake: make(chan struct{}, 1)}
+	for g, l := range groups {
+		for i, n := range l.Nodes() {
+			c.nodes = append(c.nodes, n)
+			c.at = append(c.at, member{group: g, index: i})
+		}
+	}
+	c.guards, c.lastConclusive = newGuards(len(c.nodes)), make([]conclusive, len(c.nodes))
+	states := make([]NodeState, len(c.nodes))
 	unjudged := cfg.RestartGuard == 0 // nothing to wait for
-	for i, n := range nodes {
+	for i, n := range c.nodes {
 		states[i] = NodeState{Addr: n.Addr(), Error: "not checked yet", Eligible: unjudged}
-		cfg.SetEligible(i, redlock.Eligibility{Eligible: unjudged, AnyConnection: unjudged, Why: "not judged by a health round yet"})
+		c.setEligibility(i, redlock.Eligibility{Eligible: unjudged, AnyConnection: unjudged, Why: "not judged by a health round yet"})
 		if notifier, ok := n.(redlock.ConnectionNotifier); ok && !unjudged {
 			notifier.NotifyConnections(c.Wake)
 		}
@@ -291,8 +291,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// Veto keeps every master of group g (in Config.Groups order; 0 for the
-// one group) out of the quorum for why, from the next round on, which it
+// Veto keeps every master of group g (its index in the groups given to
+// New) out of the quorum for why, from the next round on, which it
 // asks for at once; an empty why lifts it. For findings of other checks,
 // such as a split of the group's member list (package membership).
 func (c *Checker) Veto(g int, why string) {
@@ -313,14 +313,13 @@ func (c *Checker) Veto(g int, why string) {
 func (c *Checker) vetoOf(i int) string {
 	c.vetoMu.Lock()
 	defer c.vetoMu.Unlock()
-	first := 0
-	for g, group := range c.cfg.Groups {
-		if i < first+group.Size {
-			return c.vetoes[g]
-		}
-		first += group.Size
-	}
-	return ""
+	return c.vetoes[c.at[i].group]
+}
+
+// setEligibility records the verdict on master i on its group's Locker.
+func (c *Checker) setEligibility(i int, e redlock.Eligibility) {
+	m := c.at[i]
+	c.groups[m.group].SetEligibility(m.index, e)
 }
 
 // Wake asks Run for a round as soon as the current one (if any) is over.
@@ -337,7 +336,7 @@ func (c *Checker) Wake() {
 
 // Check runs one round: it reads every master's server info (or, while
 // the last one is current, pings it), in parallel, applies the guards,
-// tells SetEligible and records the result.
+// records each verdict on the master's group and records the result.
 func (c *Checker) Check(ctx context.Context) Report {
 	c.round.Lock()
 	defer c.round.Unlock()
@@ -358,7 +357,7 @@ func (c *Checker) Check(ctx context.Context) Report {
 	c.repeatInconclusive(obs, starved())
 	states, events := c.judge(obs)
 	for i, s := range states {
-		c.cfg.SetEligible(i, c.eligibilityOf(i, s, obs[i].judgedAt))
+		c.setEligibility(i, c.eligibilityOf(i, s, obs[i].judgedAt))
 	}
 	r := c.summarise(states)
 	r.GuardEvents = events

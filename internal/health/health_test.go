@@ -15,7 +15,7 @@ func TestReadyOnlyWithAQuorum(t *testing.T) {
 	mem := []*memnode.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
 	nodes := []redlock.Node{mem[0], mem[1], mem[2]}
 	var changes []string
-	c, err := health.New(nodes, 2, health.Config{OnChange: func(prev, cur health.Report) {
+	c, err := health.New(one(t, nodes...), health.Config{OnChange: func(prev, cur health.Report) {
 		changes = append(changes, fmt.Sprintf("%d->%d", prev.Up, cur.Up))
 	}})
 	if err != nil {
@@ -62,7 +62,7 @@ func TestReadyOnlyWithAQuorum(t *testing.T) {
 func TestAHangingMasterIsDownWithinTheTimeout(t *testing.T) {
 	slow := memnode.New("slow")
 	slow.SetDelay(10 * time.Second)
-	c, _ := health.New([]redlock.Node{slow}, 1, health.Config{Timeout: 50 * time.Millisecond})
+	c, _ := health.New(one(t, slow), health.Config{Timeout: 50 * time.Millisecond})
 	start := time.Now()
 	if r := c.Check(context.Background()); r.Ready {
 		t.Fatal("a hanging master counted as up")
@@ -72,9 +72,9 @@ func TestAHangingMasterIsDownWithinTheTimeout(t *testing.T) {
 	}
 }
 
-func TestNewRejectsBadQuorum(t *testing.T) {
-	if _, err := health.New([]redlock.Node{memnode.New("a")}, 2, health.Config{}); err == nil {
-		t.Fatal("quorum above the number of masters accepted")
+func TestNewRejectsNoGroup(t *testing.T) {
+	if _, err := health.New(nil, health.Config{}); err == nil {
+		t.Fatal("no quorum group accepted")
 	}
 }
 
@@ -88,11 +88,11 @@ func TestAStarvedRoundDoesNotJudgeMastersThatTimedOut(t *testing.T) {
 	mem := []*memnode.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
 	nodes := []redlock.Node{mem[0], mem[1], mem[2]}
 	starved := false
-	eligible := make([]bool, len(nodes))
-	c, err := health.New(nodes, 2, health.Config{
+	q := quorumView{one(t, nodes...)}
+	eligible := func() []bool { return []bool{q.Get(0), q.Get(1), q.Get(2)} }
+	c, err := health.New(q.groups, health.Config{
 		Timeout:       20 * time.Millisecond,
 		StarvedDuring: func() func() bool { return func() bool { return starved } },
-		SetEligible:   func(i int, e redlock.Eligibility) { eligible[i] = e.Eligible },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -104,8 +104,8 @@ func TestAStarvedRoundDoesNotJudgeMastersThatTimedOut(t *testing.T) {
 		m.SetDelay(time.Second) // every ping times out
 	}
 	starved = true
-	if r := c.Check(context.Background()); !r.Ready || r.Up != 3 || !eligible[0] || !eligible[1] || !eligible[2] {
-		t.Fatalf("a starved round marked masters that timed out down: %+v, eligible %v", r, eligible)
+	if r := c.Check(context.Background()); !r.Ready || r.Up != 3 || !q.Get(0) || !q.Get(1) || !q.Get(2) {
+		t.Fatalf("a starved round marked masters that timed out down: %+v, eligible %v", r, eligible())
 	}
 	mem[2].SetDelay(0)
 	mem[2].SetDown(true) // refuses: that is an answer, starved or not
@@ -125,11 +125,10 @@ func TestAStarvedRoundVouchesForNoNewConnection(t *testing.T) {
 	m := memnode.New("a")
 	node := &countingNode{infoNode: infoNode{m}}
 	starved := false
-	var judgedAt uint64
-	c, err := health.New([]redlock.Node{node}, 1, health.Config{
+	q := quorumView{one(t, node)}
+	c, err := health.New(q.groups, health.Config{
 		Timeout:       20 * time.Millisecond,
 		StarvedDuring: func() func() bool { return func() bool { return starved } },
-		SetEligible:   func(_ int, e redlock.Eligibility) { judgedAt = e.JudgedAt },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -138,12 +137,12 @@ func TestAStarvedRoundVouchesForNoNewConnection(t *testing.T) {
 	node.opened.Add(1) // a reconnect between rounds
 	m.SetDelay(time.Second)
 	starved = true
-	if r := c.Check(context.Background()); !r.Ready || judgedAt != 0 {
-		t.Fatalf("starved round: ready %v, vouches for connections up to %d; want the last verdict, up to 0", r.Ready, judgedAt)
+	if r := c.Check(context.Background()); !r.Ready || q.Verdict(0).JudgedAt != 0 {
+		t.Fatalf("starved round: ready %v, vouches for connections up to %d; want the last verdict, up to 0", r.Ready, q.Verdict(0).JudgedAt)
 	}
 	m.SetDelay(0)
 	starved = false
-	if c.Check(context.Background()); judgedAt != 1 {
-		t.Fatalf("conclusive round vouches up to %d, want 1", judgedAt)
+	if c.Check(context.Background()); q.Verdict(0).JudgedAt != 1 {
+		t.Fatalf("conclusive round vouches up to %d, want 1", q.Verdict(0).JudgedAt)
 	}
 }

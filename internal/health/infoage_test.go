@@ -3,13 +3,11 @@ package health_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/internal/fakeclock"
 	"github.com/sidelock/sidelock/internal/health"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
@@ -53,22 +51,12 @@ type ageFixture struct {
 // newAgeFixture is newFixture with counting masters, up for an hour.
 func newAgeFixture(t *testing.T, n int, cfg health.Config) *ageFixture {
 	t.Helper()
-	f := &ageFixture{fixture: &fixture{t: t, clock: fakeclock.New(time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)),
-		quorum: &quorumView{eligible: map[int]bool{}}, logs: &logRecorder{}}}
-	nodes := make([]redlock.Node, n)
-	for i := range n {
-		m := memnode.New(fmt.Sprintf("m%d", i), memnode.WithClock(f.clock.Now))
-		f.mem = append(f.mem, m)
-		f.nodes = append(f.nodes, &countingNode{infoNode: infoNode{m}})
-		nodes[i] = f.nodes[i]
-	}
-	f.clock.Advance(time.Hour)
-	cfg.Now, cfg.SetEligible, cfg.Logger = f.clock.Now, f.quorum.Set, slog.New(f.logs)
-	c, err := health.New(nodes, n/2+1, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.checker = c
+	f := &ageFixture{}
+	f.fixture = startFixture(t, n, time.Hour, cfg, func(m *memnode.Node) redlock.Node {
+		c := &countingNode{infoNode: infoNode{m}}
+		f.nodes = append(f.nodes, c)
+		return c
+	})
 	return f
 }
 
@@ -194,7 +182,7 @@ func TestServerInfoIsReadEveryRoundWithoutAMaxAgeOrACounter(t *testing.T) {
 }
 
 func TestNegativeInfoMaxAgeIsRefused(t *testing.T) {
-	_, err := health.New([]redlock.Node{memnode.New("m")}, 1, health.Config{InfoMaxAge: -time.Second})
+	_, err := health.New(one(t, memnode.New("m")), health.Config{InfoMaxAge: -time.Second})
 	if err == nil {
 		t.Fatal("accepted")
 	}

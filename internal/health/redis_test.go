@@ -48,8 +48,8 @@ func checkUntil(t *testing.T, c *health.Checker, within time.Duration, what stri
 func TestRealMasterRestartIsKeptOutForTheGuard(t *testing.T) {
 	const restartGuard = time.Second
 	servers := redistest.StartN(t, 3)
-	quorum := &quorumView{eligible: map[int]bool{}}
-	c, err := health.New(redisMasters(t, servers), 2, health.Config{RestartGuard: restartGuard, SetEligible: quorum.Set, Timeout: time.Second})
+	quorum := quorumView{one(t, redisMasters(t, servers)...)}
+	c, err := health.New(quorum.groups, health.Config{RestartGuard: restartGuard, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestRealMasterRestartIsKeptOutForTheGuard(t *testing.T) {
 // that reaches it reads its info, and it is never counted in between.
 func TestRealMasterRestartIsCaughtWhileRoundsOnlyPing(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	c, err := health.New(redisMasters(t, servers), 2, health.Config{RestartGuard: time.Second, Timeout: time.Second, InfoMaxAge: time.Hour})
+	c, err := health.New(one(t, redisMasters(t, servers)...), health.Config{RestartGuard: time.Second, Timeout: time.Second, InfoMaxAge: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,8 +132,8 @@ func TestRealRestartedMasterIsNotCountedBeforeARoundJudgesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := health.New(nodes, 2, health.Config{
-		Interval: time.Hour, RestartGuard: time.Second, Timeout: time.Second, SetEligible: locker.SetEligibility,
+	c, err := health.New([]*redlock.Locker{locker}, health.Config{
+		Interval: time.Hour, RestartGuard: time.Second, Timeout: time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

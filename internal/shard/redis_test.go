@@ -16,9 +16,9 @@ import (
 
 // sidecarGroups opens a sidecar's own connections to each group's real
 // masters (every sidecar has its own).
-func sidecarGroups(t *testing.T, servers map[string][]*redistest.Server, names ...string) []shard.Group {
+func sidecarGroups(t *testing.T, servers map[string][]*redistest.Server, names ...string) []*redlock.Locker {
 	t.Helper()
-	groups := make([]shard.Group, len(names))
+	groups := make([]*redlock.Locker, len(names))
 	for i, name := range names {
 		nodes := make([]redlock.Node, len(servers[name]))
 		for j, s := range servers[name] {
@@ -26,11 +26,11 @@ func sidecarGroups(t *testing.T, servers map[string][]*redistest.Server, names .
 			t.Cleanup(func() { n.Close() })
 			nodes[j] = n
 		}
-		l, err := redlock.New(nodes, redlock.Config{Fencing: true, NodeTimeout: 500 * time.Millisecond})
+		l, err := redlock.New(nodes, redlock.Config{Name: name, Fencing: true, NodeTimeout: 500 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
-		groups[i] = shard.Group{Name: name, Locker: l}
+		groups[i] = l
 	}
 	return groups
 }
@@ -129,7 +129,7 @@ func TestMigrationOverRealMastersKeepsOneHolder(t *testing.T) {
 	}
 	newList := func() *shard.Router { return router(t, sidecarGroups(t, servers, "a", "b", "c"), nil) }
 
-	before, after := names3("a", "b"), names3("a", "b", "c")
+	before, after := []string{"a", "b"}, []string{"a", "b", "c"}
 	keys := []string{
 		movingKey(t, after, before, "a", "c"), movingKey(t, after, before, "b", "c"),
 		movingKey(t, after, before, "a", "a"), movingKey(t, after, before, "b", "b"),
@@ -146,12 +146,4 @@ func TestMigrationOverRealMastersKeepsOneHolder(t *testing.T) {
 	if e.overlaps > 0 || e.fenceViolations() > 0 {
 		t.Fatalf("%d overlapping holders, %d fence violations", e.overlaps, e.fenceViolations())
 	}
-}
-
-func names3(names ...string) []shard.Group {
-	g := make([]shard.Group, len(names))
-	for i, n := range names {
-		g[i].Name = n
-	}
-	return g
 }

@@ -55,24 +55,23 @@ import (
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
-// Group is one independent quorum of masters and its name. The name, not
-// the masters' addresses, decides which keys the group serves, so a group
-// keeps its keys when one of its masters is replaced.
-type Group struct {
-	Name   string
-	Locker *redlock.Locker
-}
+// A group is one independent quorum of masters: a *redlock.Locker, named
+// by redlock.Config.Name. The name, not the masters' addresses, decides
+// which keys the group serves, so a group keeps its keys when one of its
+// masters is replaced.
 
 // Router implements lease.Locker over several groups. It is safe for
 // concurrent use.
 type Router struct {
-	current  []Group
-	previous []Group // nil outside a migration
+	current  []*redlock.Locker
+	previous []*redlock.Locker // nil outside a migration
+	// The groups' names, for Pick.
+	currentNames, previousNames []string
 }
 
 // New returns a Router over current, migrating from previous when previous
 // is not empty. A group in both lists must be the same Locker.
-func New(current, previous []Group) (*Router, error) {
+func New(current, previous []*redlock.Locker) (*Router, error) {
 	if len(current) == 0 {
 		return nil, errors.New("shard: at least one group is required")
 	}
@@ -84,49 +83,58 @@ func New(current, previous []Group) (*Router, error) {
 	}
 	for _, p := range previous {
 		for _, c := range current {
-			if p.Name == c.Name && p.Locker != c.Locker {
-				return nil, fmt.Errorf("shard: group %q is defined differently in the two lists", p.Name)
+			if p.Name() == c.Name() && p != c {
+				return nil, fmt.Errorf("shard: group %q is defined differently in the two lists", p.Name())
 			}
 		}
 	}
 	if len(previous) == 0 {
 		previous = nil
 	}
-	return &Router{current: current, previous: previous}, nil
+	return &Router{current: current, previous: previous, currentNames: names(current), previousNames: names(previous)}, nil
 }
 
-func checkGroups(groups []Group) error {
+func checkGroups(groups []*redlock.Locker) error {
 	seen := map[string]bool{}
 	for _, g := range groups {
 		switch {
-		case g.Name == "":
+		case g == nil:
+			return errors.New("shard: a group has no locker")
+		case g.Name() == "":
 			return errors.New("shard: a group has no name")
-		case g.Locker == nil:
-			return fmt.Errorf("shard: group %q has no locker", g.Name)
-		case seen[g.Name]:
-			return fmt.Errorf("shard: two groups are named %q", g.Name)
+		case seen[g.Name()]:
+			return fmt.Errorf("shard: two groups are named %q", g.Name())
 		}
-		seen[g.Name] = true
+		seen[g.Name()] = true
 	}
 	return nil
+}
+
+func names(groups []*redlock.Locker) []string {
+	out := make([]string, len(groups))
+	for i, g := range groups {
+		out[i] = g.Name()
+	}
+	return out
 }
 
 // Drift is the largest clock-drift allowance of any group for ttl.
 func (r *Router) Drift(ttl time.Duration) time.Duration {
 	var d time.Duration
 	for _, g := range slices.Concat(r.current, r.previous) {
-		d = max(d, g.Locker.Drift(ttl))
+		d = max(d, g.Drift(ttl))
 	}
 	return d
 }
 
-// Pick returns the index of the group that serves key: the one whose name
-// scores highest for it. The hash is part of sidelock's protocol: changing
-// it moves keys between groups, which needs a migration.
-func Pick(groups []Group, key string) int {
+// Pick returns the index of the group, of those named names, that serves
+// key: the one whose name scores highest for it. The hash is part of
+// sidelock's protocol: changing it moves keys between groups, which needs
+// a migration.
+func Pick(names []string, key string) int {
 	best, bestScore := 0, uint64(0)
-	for i, g := range groups {
-		if s := score(g.Name, key); i == 0 || s > bestScore {
+	for i, name := range names {
+		if s := score(name, key); i == 0 || s > bestScore {
 			best, bestScore = i, s
 		}
 	}
@@ -170,25 +178,26 @@ func mix(x uint64) uint64 {
 func (r *Router) GroupOf(key string) (home, from string) {
 	h, p := r.route(key)
 	if p != nil {
-		from = p.Name
+		from = p.Name()
 	}
-	return h.Name, from
+	return h.Name(), from
 }
 
-// route returns key's group and, when key is moving, its previous group.
-func (r *Router) route(key string) (home Group, prev *Group) {
+// route returns key's group and, when key is moving, its previous group
+// (nil otherwise).
+func (r *Router) route(key string) (home, prev *redlock.Locker) {
 	if len(r.current) == 1 && r.previous == nil {
 		return r.current[0], nil
 	}
-	home = r.current[Pick(r.current, key)]
+	home = r.current[Pick(r.currentNames, key)]
 	if r.previous == nil {
 		return home, nil
 	}
-	p := r.previous[Pick(r.previous, key)]
-	if p.Name == home.Name {
+	p := r.previous[Pick(r.previousNames, key)]
+	if p.Name() == home.Name() {
 		return home, nil
 	}
-	return home, &p
+	return home, p
 }
 
 // Acquire takes key in its group; a moving key is taken in its previous
@@ -196,18 +205,18 @@ func (r *Router) route(key string) (home Group, prev *Group) {
 func (r *Router) Acquire(ctx context.Context, key, value string, ttl time.Duration) (redlock.Grant, error) {
 	home, prev := r.route(key)
 	if prev == nil {
-		return home.Locker.Acquire(ctx, key, value, ttl)
+		return home.Acquire(ctx, key, value, ttl)
 	}
-	old, err := prev.Locker.Acquire(ctx, key, value, ttl)
+	old, err := prev.Acquire(ctx, key, value, ttl)
 	if err != nil {
 		return redlock.Grant{}, err
 	}
-	grant, err := home.Locker.AcquireAbove(ctx, key, value, ttl, old.Fence)
+	grant, err := home.AcquireAbove(ctx, key, value, ttl, old.Fence)
 	if err != nil {
-		_ = prev.Locker.Release(ctx, key, value)
+		_ = prev.Release(ctx, key, value)
 		return redlock.Grant{}, err
 	}
-	if err := prev.Locker.RaiseFence(ctx, key, value, grant.Fence); err != nil {
+	if err := prev.RaiseFence(ctx, key, value, grant.Fence); err != nil {
 		_ = r.releaseBoth(ctx, home, prev, key, value)
 		return redlock.Grant{}, err
 	}
@@ -219,12 +228,12 @@ func (r *Router) Acquire(ctx context.Context, key, value string, ttl time.Durati
 func (r *Router) Extend(ctx context.Context, key, value string, ttl time.Duration) (redlock.Grant, error) {
 	home, prev := r.route(key)
 	if prev == nil {
-		return home.Locker.Extend(ctx, key, value, ttl)
+		return home.Extend(ctx, key, value, ttl)
 	}
 	var g [2]redlock.Grant
 	var errs [2]error
-	both(func() { g[0], errs[0] = prev.Locker.Extend(ctx, key, value, ttl) },
-		func() { g[1], errs[1] = home.Locker.Extend(ctx, key, value, ttl) })
+	both(func() { g[0], errs[0] = prev.Extend(ctx, key, value, ttl) },
+		func() { g[1], errs[1] = home.Extend(ctx, key, value, ttl) })
 	return combine(g[0], errs[0], g[1], errs[1])
 }
 
@@ -232,15 +241,15 @@ func (r *Router) Extend(ctx context.Context, key, value string, ttl time.Duratio
 func (r *Router) Release(ctx context.Context, key, value string) error {
 	home, prev := r.route(key)
 	if prev == nil {
-		return home.Locker.Release(ctx, key, value)
+		return home.Release(ctx, key, value)
 	}
 	return r.releaseBoth(ctx, home, prev, key, value)
 }
 
-func (r *Router) releaseBoth(ctx context.Context, home Group, prev *Group, key, value string) error {
+func (r *Router) releaseBoth(ctx context.Context, home, prev *redlock.Locker, key, value string) error {
 	var errs [2]error
-	both(func() { errs[0] = prev.Locker.Release(ctx, key, value) },
-		func() { errs[1] = home.Locker.Release(ctx, key, value) })
+	both(func() { errs[0] = prev.Release(ctx, key, value) },
+		func() { errs[1] = home.Release(ctx, key, value) })
 	return errors.Join(errs[0], errs[1])
 }
 
@@ -249,12 +258,12 @@ func (r *Router) releaseBoth(ctx context.Context, home Group, prev *Group, key, 
 func (r *Router) Inspect(ctx context.Context, key string) (redlock.Holder, error) {
 	home, prev := r.route(key)
 	if prev == nil {
-		return home.Locker.Inspect(ctx, key)
+		return home.Inspect(ctx, key)
 	}
 	var h [2]redlock.Holder
 	var errs [2]error
-	both(func() { h[0], errs[0] = prev.Locker.Inspect(ctx, key) },
-		func() { h[1], errs[1] = home.Locker.Inspect(ctx, key) })
+	both(func() { h[0], errs[0] = prev.Inspect(ctx, key) },
+		func() { h[1], errs[1] = home.Inspect(ctx, key) })
 	if err := errors.Join(errs[0], errs[1]); err != nil {
 		return redlock.Holder{}, err
 	}
@@ -274,11 +283,11 @@ func (r *Router) Inspect(ctx context.Context, key string) (redlock.Holder, error
 // WatchReleases watches key in its group, or in both groups while it moves.
 func (r *Router) WatchReleases(key string, notify func()) (cancel func()) {
 	home, prev := r.route(key)
-	stopHome := home.Locker.WatchReleases(key, notify)
+	stopHome := home.WatchReleases(key, notify)
 	if prev == nil {
 		return stopHome
 	}
-	stopPrev := prev.Locker.WatchReleases(key, notify)
+	stopPrev := prev.WatchReleases(key, notify)
 	return func() { stopHome(); stopPrev() }
 }
 
@@ -286,7 +295,7 @@ func (r *Router) WatchReleases(key string, notify func()) (cancel func()) {
 // with one ExtendMany per group, the groups in parallel.
 func (r *Router) ExtendMany(ctx context.Context, items []redlock.ExtendItem) ([]redlock.Grant, []error) {
 	if len(r.current) == 1 && r.previous == nil {
-		return r.current[0].Locker.ExtendMany(ctx, items)
+		return r.current[0].ExtendMany(ctx, items)
 	}
 	batches := r.batchByGroup(items)
 	var wg sync.WaitGroup
@@ -321,9 +330,9 @@ func (r *Router) batchByGroup(items []redlock.ExtendItem) []*groupBatch {
 	}
 	for i, it := range items {
 		home, prev := r.route(it.Key)
-		add(home.Locker, i)
+		add(home, i)
 		if prev != nil {
-			add(prev.Locker, i)
+			add(prev, i)
 		}
 	}
 	return order

@@ -17,7 +17,7 @@ const ttl = 10 * time.Second
 // memGroup is a group of three in-memory masters whose clocks stand still
 // at `at`, so fences come from the counters (and a group's clock floor can
 // be set apart from another's).
-func memGroup(t *testing.T, name string, at time.Time) (shard.Group, []*memnode.Node) {
+func memGroup(t *testing.T, name string, at time.Time) (*redlock.Locker, []*memnode.Node) {
 	t.Helper()
 	mem := make([]*memnode.Node, 3)
 	nodes := make([]redlock.Node, 3)
@@ -25,14 +25,14 @@ func memGroup(t *testing.T, name string, at time.Time) (shard.Group, []*memnode.
 		mem[i] = memnode.New(fmt.Sprintf("%s%d", name, i), memnode.WithClock(func() time.Time { return at }))
 		nodes[i] = mem[i]
 	}
-	l, err := redlock.New(nodes, redlock.Config{Fencing: true})
+	l, err := redlock.New(nodes, redlock.Config{Name: name, Fencing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return shard.Group{Name: name, Locker: l}, mem
+	return l, mem
 }
 
-func router(t *testing.T, current, previous []shard.Group) *shard.Router {
+func router(t *testing.T, current, previous []*redlock.Locker) *shard.Router {
 	t.Helper()
 	r, err := shard.New(current, previous)
 	if err != nil {
@@ -41,21 +41,30 @@ func router(t *testing.T, current, previous []shard.Group) *shard.Router {
 	return r
 }
 
-func names(n int) []shard.Group {
-	g := make([]shard.Group, n)
+func names(n int) []string {
+	g := make([]string, n)
 	for i := range g {
-		g[i].Name = fmt.Sprintf("group-%d", i)
+		g[i] = fmt.Sprintf("group-%d", i)
 	}
 	return g
+}
+
+// nameList is the groups' names, in order.
+func nameList(groups ...*redlock.Locker) []string {
+	out := make([]string, len(groups))
+	for i, g := range groups {
+		out[i] = g.Name()
+	}
+	return out
 }
 
 func TestPickIsPinned(t *testing.T) {
 	// Pin the mapping: a change here moves keys between groups in a
 	// running fleet, which needs a migration.
-	groups := []shard.Group{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+	groups := []string{"a", "b", "c"}
 	want := map[string]string{}
 	for _, key := range []string{"sidelock:orders", "sidelock:billing/run", "sidelock:x", "sidelock:"} {
-		want[key] = groups[shard.Pick(groups, key)].Name
+		want[key] = groups[shard.Pick(groups, key)]
 	}
 	pinned := map[string]string{"sidelock:orders": "c", "sidelock:billing/run": "b", "sidelock:x": "c", "sidelock:": "c"}
 	for key, g := range pinned {
@@ -104,11 +113,11 @@ func TestAddingAGroupMovesOnlyItsShareToIt(t *testing.T) {
 
 func TestRemovingAGroupMovesOnlyItsKeys(t *testing.T) {
 	before := names(4)
-	after := append(append([]shard.Group{}, before[:1]...), before[2:]...) // group-1 removed
+	after := append(append([]string{}, before[:1]...), before[2:]...) // group-1 removed
 	for i := range 20_000 {
 		key := fmt.Sprintf("sidelock:job-%d", i)
-		from := before[shard.Pick(before, key)].Name
-		to := after[shard.Pick(after, key)].Name
+		from := before[shard.Pick(before, key)]
+		to := after[shard.Pick(after, key)]
 		if from != to && from != "group-1" {
 			t.Fatalf("key %q moved from %s to %s though its group stayed", key, from, to)
 		}
@@ -119,11 +128,13 @@ func TestNewRefusesInconsistentGroups(t *testing.T) {
 	a, _ := memGroup(t, "a", time.Now())
 	a2, _ := memGroup(t, "a", time.Now())
 	b, _ := memGroup(t, "b", time.Now())
-	for name, c := range map[string]struct{ cur, prev []shard.Group }{
+	unnamed, _ := memGroup(t, "", time.Now())
+	for name, c := range map[string]struct{ cur, prev []*redlock.Locker }{
 		"no groups":                 {nil, nil},
-		"duplicate name":            {[]shard.Group{a, a2}, nil},
-		"no name":                   {[]shard.Group{{Locker: a.Locker}}, nil},
-		"one name, two definitions": {[]shard.Group{a, b}, []shard.Group{a2}},
+		"duplicate name":            {[]*redlock.Locker{a, a2}, nil},
+		"no name":                   {[]*redlock.Locker{unnamed}, nil},
+		"no locker":                 {[]*redlock.Locker{a, nil}, nil},
+		"one name, two definitions": {[]*redlock.Locker{a, b}, []*redlock.Locker{a2}},
 	} {
 		if _, err := shard.New(c.cur, c.prev); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -133,11 +144,11 @@ func TestNewRefusesInconsistentGroups(t *testing.T) {
 
 // movingKey finds a key served by `to` under current and by `from` under
 // previous.
-func movingKey(t *testing.T, current, previous []shard.Group, from, to string) string {
+func movingKey(t *testing.T, current, previous []string, from, to string) string {
 	t.Helper()
 	for i := range 10_000 {
 		key := fmt.Sprintf("sidelock:moving-%d", i)
-		if current[shard.Pick(current, key)].Name == to && previous[shard.Pick(previous, key)].Name == from {
+		if current[shard.Pick(current, key)] == to && previous[shard.Pick(previous, key)] == from {
 			return key
 		}
 	}
@@ -149,7 +160,7 @@ func movingKey(t *testing.T, current, previous []shard.Group, from, to string) s
 // {a, b, c} involves, sharing the same masters.
 type migration struct {
 	old, migrating, new *shard.Router
-	a, b, c             shard.Group
+	a, b, c             *redlock.Locker
 	key                 string // moves from a to c
 }
 
@@ -162,13 +173,13 @@ func newMigration(t *testing.T) migration {
 	a, _ := memGroup(t, "a", now.Add(time.Hour))
 	b, _ := memGroup(t, "b", now)
 	c, _ := memGroup(t, "c", now)
-	before, after := []shard.Group{a, b}, []shard.Group{a, b, c}
+	before, after := []*redlock.Locker{a, b}, []*redlock.Locker{a, b, c}
 	return migration{
 		old:       router(t, before, nil),
 		migrating: router(t, after, before),
 		new:       router(t, after, nil),
 		a:         a, b: b, c: c,
-		key: movingKey(t, after, before, "a", "c"),
+		key: movingKey(t, nameList(after...), nameList(before...), "a", "c"),
 	}
 }
 
@@ -181,17 +192,17 @@ func TestMovingKeyIsHeldInBothGroups(t *testing.T) {
 	if _, err := m.migrating.Acquire(ctx, m.key, "v1", ttl); err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range []shard.Group{m.a, m.c} {
-		if h, err := g.Locker.Inspect(ctx, m.key); err != nil || !h.Held || h.Value != "v1" {
-			t.Errorf("group %s: %+v, %v; want held by v1", g.Name, h, err)
+	for _, g := range []*redlock.Locker{m.a, m.c} {
+		if h, err := g.Inspect(ctx, m.key); err != nil || !h.Held || h.Value != "v1" {
+			t.Errorf("group %s: %+v, %v; want held by v1", g.Name(), h, err)
 		}
 	}
 	if err := m.migrating.Release(ctx, m.key, "v1"); err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range []shard.Group{m.a, m.c} {
-		if h, _ := g.Locker.Inspect(ctx, m.key); h.Held {
-			t.Errorf("group %s still holds the key after release", g.Name)
+	for _, g := range []*redlock.Locker{m.a, m.c} {
+		if h, _ := g.Inspect(ctx, m.key); h.Held {
+			t.Errorf("group %s still holds the key after release", g.Name())
 		}
 	}
 }
@@ -268,7 +279,7 @@ func TestFencesIncreaseThroughAMigration(t *testing.T) {
 func TestExtendAndExtendManyCoverBothGroupsOfAMovingKey(t *testing.T) {
 	ctx := context.Background()
 	m := newMigration(t)
-	stay := movingKey(t, []shard.Group{m.a, m.b, m.c}, []shard.Group{m.a, m.b}, "b", "b")
+	stay := movingKey(t, nameList(m.a, m.b, m.c), nameList(m.a, m.b), "b", "b")
 	for _, k := range []string{m.key, stay} {
 		if _, err := m.migrating.Acquire(ctx, k, "v", ttl); err != nil {
 			t.Fatal(err)
@@ -287,8 +298,8 @@ func TestExtendAndExtendManyCoverBothGroupsOfAMovingKey(t *testing.T) {
 	}
 	// Another value takes the moving key in its old group only (as if the
 	// lease had lapsed there): the lease is no longer held.
-	_ = m.a.Locker.Release(ctx, m.key, "v")
-	if _, err := m.a.Locker.Acquire(ctx, m.key, "intruder", ttl); err != nil {
+	_ = m.a.Release(ctx, m.key, "v")
+	if _, err := m.a.Acquire(ctx, m.key, "intruder", ttl); err != nil {
 		t.Fatal(err)
 	}
 	if _, errs := m.migrating.ExtendMany(ctx, items[:1]); !errors.Is(errs[0], redlock.ErrNotHeld) {
@@ -305,15 +316,15 @@ func TestWatchReleasesHearsBothGroupsOfAMovingKey(t *testing.T) {
 	woken := make(chan struct{}, 16)
 	cancel := m.migrating.WatchReleases(m.key, func() { woken <- struct{}{} })
 	defer cancel()
-	for _, g := range []shard.Group{m.a, m.c} {
-		if _, err := g.Locker.Acquire(ctx, m.key, "x", ttl); err != nil {
+	for _, g := range []*redlock.Locker{m.a, m.c} {
+		if _, err := g.Acquire(ctx, m.key, "x", ttl); err != nil {
 			t.Fatal(err)
 		}
-		_ = g.Locker.Release(ctx, m.key, "x")
+		_ = g.Release(ctx, m.key, "x")
 		select {
 		case <-woken:
 		case <-time.After(time.Second):
-			t.Fatalf("no wake-up for a release in group %s", g.Name)
+			t.Fatalf("no wake-up for a release in group %s", g.Name())
 		}
 		for len(woken) > 0 {
 			<-woken
@@ -325,7 +336,7 @@ func TestAGroupWithoutQuorumFailsOnlyItsKeys(t *testing.T) {
 	ctx := context.Background()
 	a, _ := memGroup(t, "a", time.Now())
 	b, bNodes := memGroup(t, "b", time.Now())
-	r := router(t, []shard.Group{a, b}, nil)
+	r := router(t, []*redlock.Locker{a, b}, nil)
 	bNodes[0].SetDown(true)
 	bNodes[1].SetDown(true)
 	inA, inB := 0, 0

@@ -53,6 +53,15 @@ type ConnectionNotifier interface {
 // forgot would have lapsed anyway.
 func (l *Locker) SetEligibility(i int, e Eligibility) { l.eligible[i].Store(&e) }
 
+// Eligibility is the verdict last recorded on node i; before any, every
+// answer of the node counts (eligible over any connection).
+func (l *Locker) Eligibility(i int) Eligibility {
+	if e := l.eligible[i].Load(); e != nil {
+		return *e
+	}
+	return Eligibility{Eligible: true, AnyConnection: true}
+}
+
 // counted reports whether node i's answer, just received, counts towards
 // a quorum, and if not, the error that takes its place.
 func (l *Locker) counted(i int) error {

@@ -65,6 +65,10 @@ func (e *HeldError) Is(target error) bool { return target == ErrLockHeld }
 
 // Config tunes the algorithm. Zero values take the defaults.
 type Config struct {
+	// Name names the quorum group the Locker's masters make up, where
+	// there are several (package shard routes names by it, and health
+	// reports by it); it plays no part in the algorithm.
+	Name string
 	// NodeTimeout bounds every call to one master (default 50ms). It must
 	// be far below the key ttl, so one slow master cannot eat the validity.
 	NodeTimeout time.Duration
@@ -104,6 +108,7 @@ type Holder struct {
 // Locker runs Redlock over a fixed set of masters. It is safe for
 // concurrent use.
 type Locker struct {
+	name        string
 	nodes       []Node
 	eligible    []atomic.Pointer[Eligibility] // nil: no guard, answers count
 	quorum      int
@@ -147,6 +152,7 @@ func New(nodes []Node, cfg Config) (*Locker, error) {
 		return nil, fmt.Errorf("redlock: node timeout %v and drift factor %v must be positive, drift below 0.5", cfg.NodeTimeout, cfg.DriftFactor)
 	}
 	l := &Locker{
+		name:           cfg.Name,
 		nodes:          nodes,
 		eligible:       make([]atomic.Pointer[Eligibility], len(nodes)),
 		quorum:         len(nodes)/2 + 1,
@@ -159,10 +165,14 @@ func New(nodes []Node, cfg Config) (*Locker, error) {
 	return l, nil
 }
 
+// Name is the quorum group's name (Config.Name).
+func (l *Locker) Name() string { return l.name }
+
 // Quorum is the number of masters that make a majority.
 func (l *Locker) Quorum() int { return l.quorum }
 
-// Nodes returns the masters, in configuration order.
+// Nodes returns the masters, in configuration order: node i is the one
+// SetEligibility(i, ...) judges.
 func (l *Locker) Nodes() []Node { return slices.Clone(l.nodes) }
 
 // Drift is the clock-drift allowance for a key ttl.

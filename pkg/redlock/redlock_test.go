@@ -336,6 +336,28 @@ func TestIneligibleMastersDoNotCount(t *testing.T) {
 	}
 }
 
+// A Locker is its quorum group: it carries the group's name and masters,
+// and reads back the verdict last recorded on each master (every answer
+// counts before any).
+func TestLockerCarriesItsGroup(t *testing.T) {
+	_, nodes := masters(3)
+	l, err := redlock.New(nodes, redlock.Config{Name: "east"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Name() != "east" || len(l.Nodes()) != 3 || l.Nodes()[2] != nodes[2] || l.Quorum() != 2 {
+		t.Fatalf("name %q, %d nodes, quorum %d", l.Name(), len(l.Nodes()), l.Quorum())
+	}
+	if e := l.Eligibility(1); !e.Eligible || !e.AnyConnection {
+		t.Fatalf("before any verdict: %+v, want eligible over any connection", e)
+	}
+	verdict := redlock.Eligibility{Eligible: false, JudgedAt: 7, Why: "restart probation"}
+	l.SetEligibility(1, verdict)
+	if e := l.Eligibility(1); e != verdict || !l.Eligibility(0).Eligible {
+		t.Fatalf("after a verdict on master 1: %+v, master 0 %+v", e, l.Eligibility(0))
+	}
+}
+
 // countingNode is a master that counts its connections, as redisnode does;
 // reconnect stands for a restart that broke them.
 type countingNode struct {

@@ -51,9 +51,9 @@ func startSidecar(t *testing.T, servers []*redistest.Server, persistent bool) *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	checker, err := health.New(nodes, locker.Quorum(), health.Config{
+	checker, err := health.New([]*redlock.Locker{locker}, health.Config{
 		Interval: 50 * time.Millisecond, Timeout: 50 * time.Millisecond,
-		RestartGuard: keyTTL, MastersPersistent: persistent, Fencing: true, SetEligible: locker.SetEligibility,
+		RestartGuard: keyTTL, MastersPersistent: persistent, Fencing: true,
 	})
 	if err != nil {
 		t.Fatal(err)

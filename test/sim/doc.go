@@ -1,7 +1,7 @@
 // Package sim is a seeded simulation of sidelock's real code, in the
 // spirit of FoundationDB's simulation and TigerBeetle's VOPR: simulated
 // Redis masters (memnode behind fault-injecting links), sidecars assembled
-// as cmd/sidelock's serve() assembles them (redlock, health, lease) and
+// as internal/sidecar assembles them (redlock, health, lease) and
 // callers that take, renew and drop leases all run inside one
 // testing/synctest bubble, so hours of lease time pass in seconds of wall
 // time without touching production code. A recorder keeps the history and

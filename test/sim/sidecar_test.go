@@ -47,7 +47,7 @@ func configFor(p params) sidecarConfig {
 	}
 }
 
-// restartGuard is cmd/sidelock's config.restartGuard() outside dev mode.
+// restartGuard is config.Config.EffectiveRestartGuard() outside dev mode.
 func (c sidecarConfig) restartGuard() time.Duration {
 	if c.RestartGuard == 0 {
 		return c.KeyTTL
@@ -89,13 +89,15 @@ type sidecar struct {
 	closed  atomic.Bool
 }
 
-// start assembles a sidecar as cmd/sidelock's serve() does, for one quorum
+// start assembles a sidecar as internal/sidecar's New does, for one quorum
 // group of every master: the start-up independence check, redlock.New
-// with fencing, health.New with the restart guard and SetEligible wired to
-// the Locker, two rounds before serving, the member-list check,
+// with fencing, health.New over the Locker with the restart guard, two
+// rounds before serving, the member-list check,
 // lease.NewManager (NoQuorumRetry, QuorumUp), then the health rounds and
-// the member-list watch in the background. Keep it in step with serve();
-// metrics, HTTP and quorum groups are left out.
+// the member-list watch in the background. Keep it in step with New and
+// Run; metrics, HTTP and quorum groups are left out (this runs in a
+// synctest bubble, over simulated masters that are not configured
+// addresses, so the assembly itself cannot be used).
 func (s *slot) start() (*sidecar, error) {
 	w := s.w
 	s.mu.Lock()
@@ -118,7 +120,7 @@ func (s *slot) start() (*sidecar, error) {
 	w.rec.sidecarUp(name)
 	ctx := context.Background()
 
-	// serve(): checkIndependence, bounded like independenceTimeout.
+	// New: checkIndependence, bounded like independenceTimeout.
 	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_, err := health.CheckIndependence(ictx, nodes)
 	cancel()
@@ -132,11 +134,11 @@ func (s *slot) start() (*sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
-	checker, err := health.New(nodes, locker.Quorum(), health.Config{
+	checker, err := health.New([]*redlock.Locker{locker}, health.Config{
 		Interval: cfg.HealthInterval, InfoMaxAge: cfg.HealthInfoMaxAge, Timeout: cfg.NodeTimeout,
 		OnChange:     func(prev, cur health.Report) { w.rec.healthChanged(name, prev, cur) },
 		RestartGuard: cfg.restartGuard(), MastersPersistent: cfg.MastersPersistent, Fencing: cfg.Fencing,
-		SetEligible: locker.SetEligibility, Logger: log, ReadyPolicy: health.ReadyAllGroups,
+		Logger: log, ReadyPolicy: health.ReadyAllGroups,
 	})
 	if err != nil {
 		return nil, err
@@ -186,7 +188,7 @@ func (sc *sidecar) pollList(ctx context.Context) {
 	}
 }
 
-// shutdown is the SIGTERM path of serve(): Manager.Close within the
+// shutdown is the SIGTERM path of Run: Manager.Close within the
 // shutdown timeout, then the health rounds stop and the connections close.
 func (sc *sidecar) shutdown() error {
 	if !sc.closed.CompareAndSwap(false, true) {
@@ -212,7 +214,7 @@ func (sc *sidecar) shutdown() error {
 }
 
 // groupOf is the one quorum group's name and addresses, as
-// cmd/sidelock's defaultGroupName names an unnamed group.
+// internal/config names an unnamed group.
 func groupOf(nodes []redlock.Node) (string, []string) {
 	addrs := make([]string, len(nodes))
 	for i, n := range nodes {
@@ -223,18 +225,18 @@ func groupOf(nodes []redlock.Node) (string, []string) {
 	return strings.Join(sorted, ","), addrs
 }
 
-// membershipEvery and the record ttl are cmd/sidelock's.
+// membershipEvery and the record ttl are internal/sidecar's.
 const membershipEvery = 10 * time.Second
 
 func (c sidecarConfig) membershipTTL() time.Duration { return 3*membershipEvery + 2*c.KeyTTL }
 
-// checkMembership is cmd/sidelock's checkGroupMembership.
+// checkMembership is internal/sidecar's checkGroupMembership.
 func checkMembership(ctx context.Context, cfg sidecarConfig, group string, addrs []string, nodes []redlock.Node) error {
 	_, err := membership.Check(ctx, cfg.KeyPrefix, group, addrs, nodes, cfg.membershipTTL(), cfg.NodeTimeout*4)
 	return err
 }
 
-// watchMembership is cmd/sidelock's: every membershipEvery, veto the
+// watchMembership is internal/sidecar's: every membershipEvery, veto the
 // group while its master list is split.
 func watchMembership(ctx context.Context, cfg sidecarConfig, group string, addrs []string, nodes []redlock.Node, checker *health.Checker, log *slog.Logger) {
 	t := time.NewTicker(membershipEvery)

@@ -21,7 +21,7 @@ import (
 // docs/scale.md: CPU per lock operation on the masters and in the sidecar,
 // the background cost of a sidecar (health rounds, renewer ticks),
 // connections and memory per sidecar, per held lock and per connection.
-// cmd/scale-model reads these lines; BenchmarkScaleSim (bench/scale)
+// tools/scale-model reads these lines; BenchmarkScaleSim (tools/scale)
 // checks the model against hundreds of sidecars at once.
 //
 // The fleet regime sets how each is measured. A pod makes a few
@@ -357,7 +357,11 @@ func costOfRenewal(b *testing.B, batch int) {
 func costOfHealthRounds(b *testing.B, pingOnly bool) {
 	ms := startMeteredMasters(b, 3)
 	nodes := ms.nodes(b)
-	checker, err := health.New(nodes, 2, health.Config{Timeout: benchNodeTimeout, Fencing: true})
+	locker, err := redlock.New(nodes, redlock.Config{Fencing: true, NodeTimeout: benchNodeTimeout})
+	if err != nil {
+		b.Fatal(err)
+	}
+	checker, err := health.New([]*redlock.Locker{locker}, health.Config{Timeout: benchNodeTimeout, Fencing: true})
 	if err != nil {
 		b.Fatal(err)
 	}

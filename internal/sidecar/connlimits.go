@@ -1,14 +1,13 @@
-package main
+package sidecar
 
 import (
-	"github.com/sidelock/sidelock/internal/config"
-
 	"fmt"
 	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/connlimit"
 	"github.com/sidelock/sidelock/internal/framing"
 	"github.com/sidelock/sidelock/internal/metrics"
@@ -42,9 +41,11 @@ const (
 	fdSlack = 64
 )
 
-// fdReserve is how many descriptors the process keeps out of the lock
-// API's reach, for masters Redis masters.
-func fdReserve(redisMaxConns, masters int) int {
+// FDReserve is how many descriptors a sidecar keeps out of the lock API's
+// reach, for masters Redis masters with redisMaxConns command connections
+// each (SIDELOCK_REDIS_MAX_CONNS): SIDELOCK_MAX_CONNS must fit in
+// RLIMIT_NOFILE beside it.
+func FDReserve(redisMaxConns, masters int) int {
 	return fdFixed + masters*(redisMaxConns+fdPerMasterExtra) + adminMaxConns + 2*maxLingering + fdSlack
 }
 
@@ -56,7 +57,7 @@ func checkConnBudget(maxConns, redisMaxConns, masters int, nofile uint64) error 
 	if nofile == 0 {
 		return nil
 	}
-	reserve := fdReserve(redisMaxConns, masters)
+	reserve := FDReserve(redisMaxConns, masters)
 	if room := int64(nofile) - int64(reserve); int64(maxConns) > room {
 		return fmt.Errorf("SIDELOCK_MAX_CONNS %d does not fit the open-file limit: RLIMIT_NOFILE is %d and %d descriptors are kept for "+
 			"the %d masters' connections, the admin listener and slack, which leaves %d; lower SIDELOCK_MAX_CONNS or raise the limit (ulimit -n)",
@@ -111,6 +112,15 @@ func countMasters(cfg config.Config, groups []config.GroupSpec) int {
 type listeners struct {
 	api, admin *connlimit.Listener
 	framing    *framing.Listener
+}
+
+// close closes the listeners that are open.
+func (l listeners) close() {
+	for _, ln := range []*connlimit.Listener{l.api, l.admin} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
 }
 
 // listen opens the lock API's listener under SIDELOCK_MAX_CONNS and the

@@ -1,4 +1,4 @@
-package main
+package sidecar
 
 import (
 	"bufio"
@@ -12,14 +12,14 @@ import (
 )
 
 // serveLockAPIStub serves a trivial handler through the sidecar's own
-// http.Server settings (newHTTPServer), on loopback.
+// http.Server settings (NewHTTPServer), on loopback.
 func serveLockAPIStub(t *testing.T) (addr string, srv *http.Server) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv = newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv = NewHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	}), slog.New(slog.DiscardHandler))
 	go func() { _ = srv.Serve(ln) }()

@@ -1,16 +1,14 @@
-package main
+package sidecar
 
 import (
-	"github.com/sidelock/sidelock/internal/config"
-
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
-	"github.com/sidelock/sidelock/internal/health"
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/membership"
+	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
 // Every group's master list is recorded on its masters (package
@@ -29,10 +27,10 @@ func membershipTTL(c config.Config) time.Duration { return 3*membershipEvery + 2
 
 // checkMembership records every group's list once; it refuses to start on
 // a split and logs masters it could not ask.
-func checkMembership(ctx context.Context, cfg config.Config, groups []quorumGroup, log *slog.Logger) error {
+func (s *Sidecar) checkMembership(ctx context.Context) error {
 	var errs []error
-	for _, g := range groups {
-		if err := checkGroupMembership(ctx, cfg, g, log); errors.Is(err, membership.ErrSplitMembership) {
+	for _, g := range s.groups {
+		if err := s.checkGroupMembership(ctx, g); errors.Is(err, membership.ErrSplitMembership) {
 			errs = append(errs, err)
 		}
 	}
@@ -42,36 +40,43 @@ func checkMembership(ctx context.Context, cfg config.Config, groups []quorumGrou
 	return nil
 }
 
-func checkGroupMembership(ctx context.Context, cfg config.Config, g quorumGroup, log *slog.Logger) error {
-	res, err := membership.Check(ctx, cfg.KeyPrefix, g.name, g.addrs, g.nodes, membershipTTL(cfg), cfg.NodeTimeout*4)
+// checkGroupMembership records g's list, its masters by host:port (the
+// names its nodes go by), on g's masters.
+func (s *Sidecar) checkGroupMembership(ctx context.Context, g *redlock.Locker) error {
+	nodes := g.Nodes()
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr()
+	}
+	res, err := membership.Check(ctx, s.cfg.KeyPrefix, g.Name(), addrs, nodes, membershipTTL(s.cfg), s.cfg.NodeTimeout*4)
 	for _, f := range res.Unanswered {
-		log.Debug("member list not recorded on a master", "group", g.name, "master", f.Addr, "err", f.Err)
+		s.log.Debug("member list not recorded on a master", "group", g.Name(), "master", f.Addr, "err", f.Err)
 	}
 	return err
 }
 
 // watchMembership checks every membershipEvery until ctx ends, vetoing a
 // group whose list is split and lifting the veto once it no longer is.
-func watchMembership(ctx context.Context, cfg config.Config, groups []quorumGroup, checker *health.Checker, log *slog.Logger) {
+func (s *Sidecar) watchMembership(ctx context.Context) {
 	t := time.NewTicker(membershipEvery)
 	defer t.Stop()
-	vetoed := make([]bool, len(groups))
+	vetoed := make([]bool, len(s.groups))
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		for i, g := range groups {
-			err := checkGroupMembership(ctx, cfg, g, log)
+		for i, g := range s.groups {
+			err := s.checkGroupMembership(ctx, g)
 			split := errors.Is(err, membership.ErrSplitMembership)
 			switch {
 			case split && !vetoed[i]:
-				log.Error("quorum group kept out of service: its master list is split", "group", g.name, "err", err)
-				checker.Veto(i, err.Error())
+				s.log.Error("quorum group kept out of service: its master list is split", "group", g.Name(), "err", err)
+				s.checker.Veto(i, err.Error())
 			case !split && vetoed[i]:
-				log.Info("quorum group back in service: no other master list is in use", "group", g.name)
-				checker.Veto(i, "")
+				s.log.Info("quorum group back in service: no other master list is in use", "group", g.Name())
+				s.checker.Veto(i, "")
 			}
 			vetoed[i] = split
 		}
