@@ -8,7 +8,12 @@ FUZZTIME ?= 10s
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 3
 GOLANGCI_VERSION ?= v2.6.2
-BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
+GOLANGCI := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+# TOOLS is the module of the benchmarks, the report and the cost model (tools/go.mod), kept out of
+# the product's go.mod; its targets run inside it, with paths relative to it. TOOLS_UNIT are its
+# quick unit tests (test-unit); its benchmarks run in bench-smoke, bench and scale-sim.
+TOOLS := tools
+TOOLS_UNIT := ./scale-model ./report
 
 .PHONY: help run test test-unit test-load bench-smoke fuzz-smoke sim chaos chaos-ci soak abuse vulncheck build check-fmt vet lint bench scale-sim fuzz cover image e2e helm-lint k8s-validate test-deploy redis-server clean
 
@@ -28,15 +33,17 @@ test: redis-server check-fmt vet test-unit test-load bench-smoke fuzz-smoke chao
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+	cd $(TOOLS) && $(GO) test -race -count=1 -timeout 5m $(TOOLS_UNIT)
 
 # test-load runs the tests that judge the sidecar's own speed under a burst (overload answered 429, never
 # no_quorum; heartbeats kept): without the race detector, which slows the sidecar about tenfold.
 test-load:
 	$(GO) test -count=1 -timeout 5m -run 'TestBurstOfTryOnceIsOverloadNotNoQuorum|TestMastersDownIsNoQuorumNotOverload' ./httpapi
 
-# bench-smoke runs every benchmark once so they keep working; figures come from `make bench`.
+# bench-smoke runs every benchmark of tools/bench once so they keep working; figures come from `make bench`.
+# (BenchmarkScaleSim, minutes long, runs in `make scale-sim`; `make vet` compiles it.)
 bench-smoke:
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./tools/bench
+	cd $(TOOLS) && $(GO) test -run '^$$' -bench . -benchtime 1x ./bench
 
 # fuzz-smoke runs each HTTP fuzz target briefly; the corpus lives in testdata/.
 fuzz-smoke:
@@ -89,25 +96,28 @@ check-fmt:
 
 vet:
 	$(GO) vet $(PKGS)
+	cd $(TOOLS) && $(GO) vet ./...
 
-## lint: golangci-lint with .golangci.yml (built from the module proxy on first use).
+## lint: golangci-lint with .golangci.yml over the product and tools/ (built from the module proxy on first use).
 lint:
-	$(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION) run $(PKGS)
+	$(GOLANGCI) run $(PKGS)
+	cd $(TOOLS) && $(GOLANGCI) run --config ../.golangci.yml ./...
 
-## bench: HTTP and engine benchmarks against real redis-server masters; compare runs with benchstat.
+## bench: HTTP and engine benchmarks against real redis-server masters into tools/results/latest.txt,
+## benchstat over them (benchstat.txt) and the table of targets (table.md).
 bench: redis-server
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 30m ./tools/bench | tee tools/results/latest.txt
-	$(GO) run golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION) tools/results/latest.txt > tools/results/benchstat.txt
-	$(GO) run ./tools/report tools/results/latest.txt | tee tools/results/table.md
+	cd $(TOOLS) && $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 30m ./bench | tee results/latest.txt
+	cd $(TOOLS) && $(GO) tool benchstat results/latest.txt > results/benchstat.txt
+	cd $(TOOLS) && $(GO) run ./report results/latest.txt | tee results/table.md
 
 ## scale-sim: the fleet cost model (docs/scale.md) against a simulated fleet (~4 min): the model's
 ## inputs (BenchmarkCostModel, 3 runs) into tools/results/model.txt, 10, 100 and 500 in-process
 ## sidecars over 3 real masters into tools/results/scale.txt, then docs/scale/table.md and scale.png.
 ## The model takes the inputs measured in the same run, next to the simulation it is checked against.
 scale-sim: redis-server
-	set -o pipefail; $(GO) test -run '^$$' -bench BenchmarkCostModel -benchtime 1s -count 3 -timeout 15m ./tools/bench | tee tools/results/model.txt
-	set -o pipefail; $(GO) test -run '^$$' -bench BenchmarkScaleSim -benchtime 1x -count 1 -timeout 15m ./tools/scale | tee tools/results/scale.txt
-	$(GO) run ./tools/scale-model -inputs tools/results/model.txt,tools/results/latest.txt -sim tools/results/scale.txt -png docs/scale/scale.png -table docs/scale/table.md
+	set -o pipefail; cd $(TOOLS) && $(GO) test -run '^$$' -bench BenchmarkCostModel -benchtime 1s -count 3 -timeout 15m ./bench | tee results/model.txt
+	set -o pipefail; cd $(TOOLS) && $(GO) test -run '^$$' -bench BenchmarkScaleSim -benchtime 1x -count 1 -timeout 15m ./scale | tee results/scale.txt
+	cd $(TOOLS) && $(GO) run ./scale-model -inputs results/model.txt,results/latest.txt -sim results/scale.txt -png ../docs/scale/scale.png -table ../docs/scale/table.md
 
 ## fuzz: each fuzz target for FUZZTIME (default 10s).
 fuzz:

@@ -26,11 +26,17 @@ import (
 //   - held: a lock held for as long as its connection lives (?hold=true);
 //   - waiter: a POST ?wait=5m queued behind a held lock.
 
-// sidecarBinary builds the sidecar as shipped (static, stripped).
+// repoRoot is the product's module, from this package's directory (the
+// go test working directory) in the tools module.
+const repoRoot = "../.."
+
+// sidecarBinary builds the sidecar as shipped (static, stripped), in the
+// product's module as make build does.
 func sidecarBinary(b *testing.B) string {
 	b.Helper()
 	bin := filepath.Join(b.TempDir(), "sidelock")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "../cmd/sidelock")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/sidelock")
+	build.Dir = repoRoot
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build: %v\n%s", err, out)

@@ -22,12 +22,7 @@ import (
 // masters, waits until it is ready and idle, and reports its resident memory
 // and the time from process start to /readyz 200.
 func BenchmarkSidecarIdleRSS(b *testing.B) {
-	bin := filepath.Join(b.TempDir(), "sidelock")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "../cmd/sidelock")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := sidecarBinary(b)
 	// Durable masters count at once; fresh ones without persistence would
 	// sit out the restart probation (SIDELOCK_KEY_TTL), which is not start-up.
 	servers := redistest.StartN(b, 3, redistest.WithAppendOnly())
@@ -160,7 +155,7 @@ func BenchmarkSidecarRSSAtChartCaps(b *testing.B) {
 // limit (limitMi) from the chart's values.yaml (this module has no YAML
 // parser; the lines are the chart's own, in a fixed shape).
 func chartSidecarCaps(b *testing.B) map[string]int {
-	raw, err := os.ReadFile("../charts/sidelock/values.yaml")
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "charts/sidelock/values.yaml"))
 	if err != nil {
 		b.Fatal(err)
 	}

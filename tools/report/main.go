@@ -1,8 +1,8 @@
-// Command report turns `go test -bench` output from bench/ into the table
-// of issue #7's targets: each a ratio or a figure measured in the same run,
-// with the raw medians behind it.
+// Command report turns `go test -bench` output from tools/bench into the
+// table of issue #7's targets: each a ratio or a figure measured in the
+// same run, with the medians behind it. From tools/ (make bench):
 //
-//	go run ./bench/report bench/results/latest.txt > bench/results/table.md
+//	go run ./report results/latest.txt > results/table.md
 package main
 
 import (
@@ -10,15 +10,56 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
-	"github.com/sidelock/sidelock/tools/benchout"
+	"golang.org/x/perf/benchfmt"
+	"golang.org/x/perf/benchmath"
 )
 
-// results are the benchmark medians the targets are computed from.
-type results benchout.Results
+// results are every value of each benchmark and unit, keyed "name|unit":
+// the name without "Benchmark" and the -GOMAXPROCS suffix, the unit as
+// the benchmark wrote it.
+type results map[string][]float64
 
+// read takes `go test -bench` output with benchfmt; lines it cannot read
+// are reported to warn and skipped.
+func read(r io.Reader, fileName string, warn io.Writer) (results, error) {
+	res := results{}
+	br := benchfmt.NewReader(r, fileName)
+	for br.Scan() {
+		switch rec := br.Result().(type) {
+		case *benchfmt.SyntaxError:
+			fmt.Fprintf(warn, "report: skipping %v\n", rec)
+		case *benchfmt.Result:
+			base, parts := rec.Name.Parts()
+			if len(parts) > 0 && strings.HasPrefix(string(parts[len(parts)-1]), "-") {
+				parts = parts[:len(parts)-1] // -GOMAXPROCS
+			}
+			name := string(base)
+			for _, p := range parts {
+				name += string(p)
+			}
+			for _, v := range rec.Values {
+				unit, val := v.Unit, v.Value
+				if v.OrigUnit != "" { // as written, not benchfmt's tidied sec/op or B
+					unit, val = v.OrigUnit, v.OrigValue
+				}
+				res[name+"|"+unit] = append(res[name+"|"+unit], val)
+			}
+		}
+	}
+	return res, br.Err()
+}
+
+// median of a benchmark's unit over its runs, as benchstat reports it,
+// and whether it was measured.
 func (r results) median(name, unit string) (float64, bool) {
-	return benchout.Results(r).Median(name, unit)
+	vs := r[name+"|"+unit]
+	if len(vs) == 0 {
+		return 0, false
+	}
+	s := benchmath.NewSample(vs, &benchmath.DefaultThresholds)
+	return benchmath.AssumeNothing.Summary(s, 0.95).Center, true
 }
 
 // target is one row: a figure computed from the medians and its bound.
@@ -78,12 +119,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	res, err := benchout.Parse(bytes.NewReader(raw))
+	res, err := read(bytes.NewReader(raw), os.Args[1], os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	write(os.Stdout, results(res))
+	write(os.Stdout, res)
 }
 
 func write(w io.Writer, r results) {

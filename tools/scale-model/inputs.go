@@ -8,19 +8,61 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/sidelock/sidelock/tools/benchout"
+	"golang.org/x/perf/benchfmt"
+	"golang.org/x/perf/benchmath"
 )
 
-// results are the benchmark medians the model reads.
-type results benchout.Results
+// results are every value of each benchmark and unit, keyed "name|unit":
+// the name without "Benchmark" and the -GOMAXPROCS suffix, the unit as
+// the benchmark wrote it.
+type results map[string][]float64
 
-func parseResults(r io.Reader) (results, error) {
-	res, err := benchout.Parse(r)
-	return results(res), err
+// parseResults reads `go test -bench` output with benchfmt; lines it
+// cannot read are reported to warn and skipped.
+func parseResults(r io.Reader, fileName string, warn io.Writer) (results, error) {
+	res := results{}
+	br := benchfmt.NewReader(r, fileName)
+	for br.Scan() {
+		switch rec := br.Result().(type) {
+		case *benchfmt.SyntaxError:
+			fmt.Fprintf(warn, "scale-model: skipping %v\n", rec)
+		case *benchfmt.Result:
+			name := benchName(rec.Name)
+			for _, v := range rec.Values {
+				unit, val := v.Unit, v.Value
+				if v.OrigUnit != "" { // as written, not benchfmt's tidied sec/op or B
+					unit, val = v.OrigUnit, v.OrigValue
+				}
+				res[name+"|"+unit] = append(res[name+"|"+unit], val)
+			}
+		}
+	}
+	return res, br.Err()
 }
 
+// benchName is a result's name without its -GOMAXPROCS suffix.
+func benchName(n benchfmt.Name) string {
+	base, parts := n.Parts()
+	if len(parts) > 0 && strings.HasPrefix(string(parts[len(parts)-1]), "-") {
+		parts = parts[:len(parts)-1]
+	}
+	var b strings.Builder
+	b.Write(base)
+	for _, p := range parts {
+		b.Write(p)
+	}
+	return b.String()
+}
+
+// median of a benchmark's unit over its runs, as benchstat reports it,
+// and whether it was measured.
 func (r results) median(name, unit string) (float64, bool) {
-	return benchout.Results(r).Median(name, unit)
+	vs := r[name+"|"+unit]
+	if len(vs) == 0 {
+		return 0, false
+	}
+	s := benchmath.NewSample(vs, &benchmath.DefaultThresholds)
+	return benchmath.AssumeNothing.Summary(s, 0.95).Center, true
 }
 
 // has reports whether any line of a benchmark (or its sub-benchmarks)
@@ -48,7 +90,7 @@ func (rd *reader) get(name, unit string) float64 {
 	return v
 }
 
-// The benchmark lines the inputs come from (bench/model_test.go).
+// The benchmark lines the inputs come from (tools/bench/model_test.go).
 const (
 	costModel       = "CostModel/"
 	opsEngineLone3  = costModel + "ops/path=engine/masters=3/callers=1"

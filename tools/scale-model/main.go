@@ -1,14 +1,14 @@
 // Command scale-model is the fleet cost model of docs/scale.md. It reads
-// the unit costs measured by BenchmarkCostModel (bench/model_test.go) and
-// the fleet simulation (BenchmarkScaleSim, bench/scale), predicts what
+// the unit costs measured by BenchmarkCostModel (tools/bench/model_test.go)
+// and the fleet simulation (BenchmarkScaleSim, tools/scale), predicts what
 // each simulated fleet should have cost, and writes the comparison, the
-// capacity answers and a plot:
+// capacity answers and a plot. From tools/ (make scale-sim runs it):
 //
-//	go run ./cmd/scale-model            # defaults: bench/results/{latest,model,scale}.txt
+//	go run ./scale-model   # defaults: results/{model,latest,scale}.txt → ../docs/scale/{table.md,scale.png}
 //
 // The inputs come from the first -inputs file that holds BenchmarkCostModel
-// lines: latest.txt after `make bench`, else model.txt, which
-// `make scale-sim` writes itself.
+// lines: model.txt, which `make scale-sim` writes itself, else latest.txt
+// after `make bench`.
 package main
 
 import (
@@ -45,10 +45,10 @@ type options struct {
 func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("scale-model", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	inputs := fs.String("inputs", "bench/results/model.txt,bench/results/latest.txt", "benchmark outputs to take the model's inputs from: the first with BenchmarkCostModel lines (a real sidecar's RSS from any)")
-	sim := fs.String("sim", "bench/results/scale.txt", "BenchmarkScaleSim output")
-	png := fs.String("png", "docs/scale/scale.png", "where to write the plot")
-	table := fs.String("table", "docs/scale/table.md", "where to write the tables")
+	inputs := fs.String("inputs", "results/model.txt,results/latest.txt", "benchmark outputs to take the model's inputs from: the first with BenchmarkCostModel lines (a real sidecar's RSS from any)")
+	sim := fs.String("sim", "results/scale.txt", "BenchmarkScaleSim output")
+	png := fs.String("png", "../docs/scale/scale.png", "where to write the plot")
+	table := fs.String("table", "../docs/scale/table.md", "where to write the tables")
 	budget := fs.Float64("cpu-budget", 0.5, "share of one core a master may use")
 	maxClients := fs.Float64("maxclients", 10000, "Redis maxclients of the current settings")
 	infoMaxAge := fs.Duration("info-max-age", 10*time.Second, "SIDELOCK_HEALTH_INFO_MAX_AGE of the current settings")
@@ -84,7 +84,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	simResults, err := parseFile(opt.sim)
+	simResults, err := parseFile(opt.sim, stderr)
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ func loadInputs(paths []string, stderr io.Writer) (Inputs, string, error) {
 	all := results{}
 	source := ""
 	for _, p := range paths {
-		r, err := parseFile(p)
+		r, err := parseFile(p, stderr)
 		if err != nil {
 			fmt.Fprintf(stderr, "scale-model: %v\n", err)
 			continue
@@ -142,12 +142,12 @@ func loadInputs(paths []string, stderr io.Writer) (Inputs, string, error) {
 	return in, source, err
 }
 
-func parseFile(path string) (results, error) {
+func parseFile(path string, warn io.Writer) (results, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return parseResults(bytes.NewReader(data))
+	return parseResults(bytes.NewReader(data), path, warn)
 }
 
 func writeFile(path string, data []byte) error {
@@ -159,7 +159,7 @@ func writeFile(path string, data []byte) error {
 
 // writeDocument is docs/scale/table.md: every table docs/scale.md quotes.
 func writeDocument(w io.Writer, in Inputs, runs []SimRun, opt options, source string) {
-	fmt.Fprintf(w, "<!-- Written by `go run ./cmd/scale-model` (make scale-sim) from %s and %s. -->\n\n", source, opt.sim)
+	fmt.Fprintf(w, "<!-- Written by `go run ./scale-model` in tools/ (make scale-sim) from %s and %s. -->\n\n", source, opt.sim)
 	fmt.Fprintf(w, "### Model inputs (from %s)\n\n", source)
 	writeInputs(w, in)
 	fmt.Fprintf(w, "\n### Model against simulation (groups of 3 masters; per sidecar %g cycles/s, %g held locks, %g names)\n\n",
@@ -230,26 +230,26 @@ func plotFigure(in Inputs, runs []SimRun, opt options) figure {
 	mk := func(title string, ym func(Master, Pod, Fleet) float64, ys func(SimRun) float64) panel {
 		return panel{title: title, model: curve(1, ym), sim: points(one, ys), modelK: curve(groupsK, ym), simK: points(more, ys)}
 	}
-	cpu := mk("redis cpu per master (% of one core)",
+	cpu := mk("Redis CPU per master (% of one core)",
 		func(m Master, _ Pod, _ Fleet) float64 { return m.CPU / 1e4 }, func(r SimRun) float64 { return r.RedisCPU / 1e4 })
 	cpu.wall, cpu.wallLabel = opt.current.Walls.CPUBudget*100, fmt.Sprintf("%.0f%% budget", opt.current.Walls.CPUBudget*100)
-	conns := mk("connections per master",
+	conns := mk("Connections per master",
 		func(m Master, _ Pod, _ Fleet) float64 { return m.Conns }, func(r SimRun) float64 { return r.Clients })
-	conns.wall, conns.wallLabel = opt.current.Walls.MaxClients, "maxclients "+fmt.Sprint(opt.current.Walls.MaxClients)
-	mem := mk("redis memory per master (mb)",
+	conns.wall, conns.wallLabel = opt.current.Walls.MaxClients, "maxclients "+num(opt.current.Walls.MaxClients)
+	mem := mk("Redis memory per master (MB)",
 		func(m Master, _ Pod, _ Fleet) float64 { return m.Memory / (1 << 20) }, func(r SimRun) float64 { return r.RedisMemory / (1 << 20) })
-	side := mk("cpu of all sidecars (% of one core)",
+	side := mk("CPU of all sidecars (% of one core)",
 		func(_ Master, p Pod, f Fleet) float64 { return p.CPU * f.Pods / 1e4 }, func(r SimRun) float64 { return r.SimCPU * r.Sidecars / 1e4 })
 	side.wall, side.wallLabel = 200, "this machine: 2 cores"
-	groupsLine := "one group of 3 redis masters"
+	groupsLine := "One group of 3 Redis masters"
 	if groupsK > 1 {
-		groupsLine = fmt.Sprintf("one group of 3 redis masters, and (green) %d groups of 3", groupsK)
+		groupsLine = fmt.Sprintf("One group of 3 Redis masters and (green) %d groups of 3", groupsK)
 	}
 	return figure{
 		title: "sidelock fleet cost: model against simulation",
 		subtitle: []string{
-			fmt.Sprintf("%s; per sidecar %g acquire+release cycles/s, %g held locks, health round every %gs.", groupsLine, base.Cycles, base.Held, base.HealthInterval),
-			"points: in-process sidecars against real masters on a shared 2-core machine; the model runs on to 10 000 sidecars.",
+			fmt.Sprintf("%s; per sidecar %g acquire+release cycles/s, %g held locks, a health round every %g s.", groupsLine, base.Cycles, base.Held, base.HealthInterval),
+			fmt.Sprintf("Points: in-process sidecars against real masters on a shared 2-core machine; the model runs on to %s sidecars.", num(opt.plotMaxSidecar)),
 		},
 		groupsK: groupsK,
 		xLabel:  "sidecars (pods)", xMin: 10, xMax: opt.plotMaxSidecar,

@@ -7,6 +7,10 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"golang.org/x/image/font/sfnt"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
 )
 
 // fixedInputs are round unit costs whose products are easy to check by hand.
@@ -179,8 +183,51 @@ BenchmarkCostModel/memory/locks=3000-2   	 1	 1 ns/op	 300 redis-bytes/lock	 200
 BenchmarkSidecarIdleRSS-2   	 1	 1 ns/op	 35 10k-held-RSS-MB	 15 idle-RSS-MB
 `
 
+// failOnWarning is the warnings' writer for input benchfmt must read whole.
+type failOnWarning struct{ t *testing.T }
+
+func (w failOnWarning) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Errorf("warning: %s", p)
+	return len(p), nil
+}
+
+func TestParseResultsTakesMediansPerUnitAsWritten(t *testing.T) {
+	out := `goos: linux
+BenchmarkX/a=1-2   	 100	  5000 ns/op	 3.0 p50-µs	 12 idle-RSS-MB
+BenchmarkX/a=1-2   	 100	  7000 ns/op	 1.0 p50-µs	 14 idle-RSS-MB
+BenchmarkX/a=1-2   	 100	  6000 ns/op	 2.0 p50-µs	 13 idle-RSS-MB
+BenchmarkX/a=1-2   	 --- FAIL
+BenchmarkY
+PASS`
+	var warn bytes.Buffer
+	r, err := parseResults(strings.NewReader(out), "out.txt", &warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := r.median("X/a=1", "p50-µs"); !ok || v != 2 {
+		t.Errorf("median p50 = %v, %v; want 2", v, ok)
+	}
+	if v, _ := r.median("X/a=1", "ns/op"); v != 6000 {
+		t.Errorf("median ns/op = %v, want 6000 (the unit as written, not benchfmt's sec/op)", v)
+	}
+	if v, _ := r.median("X/a=1", "idle-RSS-MB"); v != 13 {
+		t.Errorf("median idle-RSS-MB = %v, want 13", v)
+	}
+	if _, ok := r.median("Y", "ns/op"); ok {
+		t.Error("a benchmark that did not run has a median")
+	}
+	if !strings.Contains(warn.String(), "out.txt:5") {
+		t.Errorf("warnings = %q, want the unreadable line 5 named", warn.String())
+	}
+	r, _ = parseResults(strings.NewReader("BenchmarkX-2 1 1 ns/op\nBenchmarkX-2 1 3 ns/op\n"), "even", failOnWarning{t})
+	if v, _ := r.median("X", "ns/op"); v != 2 {
+		t.Errorf("median of an even count = %v, want 2 (benchstat's)", v)
+	}
+}
+
 func TestInputsFromBenchmarkOutput(t *testing.T) {
-	r, err := parseResults(strings.NewReader(sampleBench))
+	r, err := parseResults(strings.NewReader(sampleBench), "sample", failOnWarning{t})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +250,7 @@ func TestInputsFromBenchmarkOutput(t *testing.T) {
 }
 
 func TestInputsFromNamesWhatIsMissing(t *testing.T) {
-	r, _ := parseResults(strings.NewReader(strings.Split(sampleBench, "BenchmarkCostModel/renewal")[0]))
+	r, _ := parseResults(strings.NewReader(strings.Split(sampleBench, "BenchmarkCostModel/renewal")[0]), "sample", failOnWarning{t})
 	_, err := inputsFrom(r)
 	if err == nil || !strings.Contains(err.Error(), "renewal/batch=1 redis-cpu-µs/renewal-call") {
 		t.Errorf("err = %v, want the missing renewal line named", err)
@@ -240,20 +287,49 @@ func TestFigureRendersAPNG(t *testing.T) {
 	}
 }
 
-func TestEveryLabelCharacterHasAGlyph(t *testing.T) {
-	fig := plotFigure(fixedInputs, []SimRun{{Sidecars: 10, TargetCycles: 2, Held: 2, KeyTTL: 10, HealthInterval: 1}},
-		options{current: Settings{Walls: Walls{CPUBudget: 0.5, MaxClients: 10000}}, plotMaxSidecar: 10000})
-	texts := append([]string{fig.title, fig.xLabel, "model", "measured (simulation)", "wall", "0.01", "10K"}, fig.subtitle...)
-	for _, p := range fig.panels {
-		texts = append(texts, p.title, p.wallLabel)
+// The header and every label are drawn whole: each character has a
+// glyph in its font, and the title, the wrapped subtitle and the legend
+// fit within the image.
+func TestFigureTextFitsAndHasGlyphs(t *testing.T) {
+	runs := []SimRun{{Sidecars: 10, TargetCycles: 2, Held: 2, KeyTTL: 10, HealthInterval: 1}, {Sidecars: 10, Groups: 2, TargetCycles: 2, Held: 2, KeyTTL: 10, HealthInterval: 1}}
+	fig := plotFigure(fixedInputs, runs, options{current: Settings{Walls: Walls{CPUBudget: 0.5, MaxClients: 10000}}, plotMaxSidecar: 10000})
+	width, subtitle := fig.header()
+	if len(subtitle) < len(fig.subtitle) {
+		t.Fatalf("subtitle %q wrapped to %q", fig.subtitle, subtitle)
 	}
-	for _, s := range texts {
-		for _, r := range strings.ToUpper(s) {
-			if _, ok := glyphs[r]; !ok && r != ' ' {
-				t.Errorf("no glyph for %q in %q", r, s)
+	labels, _ := fig.legendEntries()
+	legend := vg.Length(0)
+	for _, l := range labels {
+		legend += legendStyle.Width(l) + vg.Points(34+6+28)
+	}
+	if legend > width {
+		t.Errorf("legend is %v wide, the image %v", legend, width)
+	}
+	check := func(sty text.Style, s string) {
+		t.Helper()
+		if w := sty.Width(s); w > width {
+			t.Errorf("%q is %v wide, the image %v", s, w, width)
+		}
+		face := sty.Handler.Cache().Lookup(sty.Font, sty.Font.Size)
+		var buf sfnt.Buffer
+		for _, r := range s {
+			if i, err := face.Face.GlyphIndex(&buf, r); err != nil || i == 0 {
+				t.Errorf("no glyph for %q in %q (%s)", r, s, face.Name())
 			}
 		}
 	}
+	check(titleStyle, fig.title)
+	for _, line := range subtitle {
+		check(subtitleStyle, line)
+	}
+	for _, l := range labels {
+		check(legendStyle, l)
+	}
+	for _, p := range fig.panels {
+		check(textStyle(sansBold, 14, black), p.title)
+		check(textStyle(sans, 12, black), p.wallLabel)
+	}
+	check(textStyle(sans, 13, black), fig.xLabel+" 0.01 0.1 1 10 100 1K 10K 100K 1M")
 }
 
 func TestMoreGroupsHalveLockLoadButNotHealthOrConnections(t *testing.T) {
@@ -274,7 +350,7 @@ func TestSimRunsReadGroupedFleets(t *testing.T) {
 	out := `BenchmarkScaleSim/sidecars=100-2 1 1 ns/op 100 sidecars 2 target-cycles/s/sidecar 2 cycles/s/sidecar 2 held/sidecar 8 names/sidecar 10 key-ttl-s 1 health-interval-s 15 window-s 60 renewals/s 40000 redis-cpu-µs/s/master 41000 redis-cpu-max-µs/s/master 200 clients/master 0 subscribed/master 1 redis-bytes/master 1 redis-out-bytes/s/master 1 sim-cpu-µs/s/sidecar 1 sim-heap-bytes/sidecar 1 sim-rss-bytes/sidecar 1 acquire-p50-µs 1 acquire-p99-µs 1 cycle-p50-µs 1 cycle-p99-µs 0 errors 1 redis-requests/wakeup 700 redis-round-trips/s/master
 BenchmarkScaleSim/groups=2/sidecars=100-2 1 1 ns/op 100 sidecars 2 groups 2 target-cycles/s/sidecar 2 cycles/s/sidecar 2 held/sidecar 8 names/sidecar 10 key-ttl-s 1 health-interval-s 15 window-s 60 renewals/s 25000 redis-cpu-µs/s/master 26000 redis-cpu-max-µs/s/master 24000 redis-cpu-group-min-µs/s/master 26000 redis-cpu-group-max-µs/s/master 200 clients/master 0 subscribed/master 1 redis-bytes/master 1 redis-out-bytes/s/master 1 sim-cpu-µs/s/sidecar 1 sim-heap-bytes/sidecar 1 sim-rss-bytes/sidecar 1 acquire-p50-µs 1 acquire-p99-µs 1 cycle-p50-µs 1 cycle-p99-µs 0 errors 1 redis-requests/wakeup 400 redis-round-trips/s/master 390 redis-round-trips-group-min/s/master 410 redis-round-trips-group-max/s/master
 `
-	r, err := parseResults(strings.NewReader(out))
+	r, err := parseResults(strings.NewReader(out), "out", failOnWarning{t})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,22 +2,29 @@ package main
 
 import (
 	"fmt"
-	"image"
 	"image/color"
-	"image/draw"
-	"image/png"
 	"io"
 	"math"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	stdfont "golang.org/x/image/font"
 )
 
 // The plot: four log-log panels of a quantity against the number of
 // sidecars, each with the model's curve, the simulation's points and the
-// wall the quantity runs into.
+// wall the quantity runs into, drawn with gonum.org/v1/plot.
 
 var (
-	white       = color.RGBA{255, 255, 255, 255}
 	black       = color.RGBA{20, 20, 20, 255}
-	grey        = color.RGBA{120, 120, 120, 255}
+	grey        = color.RGBA{90, 90, 90, 255}
 	gridGrey    = color.RGBA{225, 225, 225, 255}
 	modelBlue   = color.RGBA{31, 100, 200, 255}
 	measured    = color.RGBA{230, 110, 0, 255}
@@ -41,7 +48,7 @@ type point struct{ x, y float64 }
 // figure is the whole image.
 type figure struct {
 	title      string
-	subtitle   []string // lines
+	subtitle   []string // sentences; wrapped to the image's width
 	groupsK    int      // K of modelK and simK (0: none)
 	xLabel     string
 	xMin, xMax float64
@@ -49,89 +56,207 @@ type figure struct {
 }
 
 const (
-	figW, figH   = 1500, 1100
-	headerH      = 150
-	panelPadding = 90
-	textScale    = 2
+	figW, figH = 1500, 1100 // pixels
+	dpi        = 100
+	margin     = vg.Length(16) // points, around the header and the panels
 )
+
+// Text and line styles.
+var (
+	sans     = font.Font{Typeface: "Liberation", Variant: "Sans"}
+	sansBold = font.Font{Typeface: "Liberation", Variant: "Sans", Weight: stdfont.WeightBold}
+
+	titleStyle    = textStyle(sansBold, 20, black)
+	subtitleStyle = textStyle(sans, 13, grey)
+	legendStyle   = textStyle(sans, 13, black)
+
+	// The K-group curve and points are drawn first and wider, the
+	// one-group ones narrower on top, so that where the two agree both
+	// still show.
+	modelLine  = draw.LineStyle{Color: modelBlue, Width: vg.Points(2)}
+	groupsLine = draw.LineStyle{Color: groupsGreen, Width: vg.Points(3.5)}
+	wallLine   = draw.LineStyle{Color: wallRed, Width: vg.Points(1.8), Dashes: []vg.Length{vg.Points(6), vg.Points(4)}}
+	simGlyph   = draw.GlyphStyle{Color: measured, Radius: vg.Points(4.5), Shape: draw.CircleGlyph{}}
+	groupGlyph = draw.GlyphStyle{Color: groupsGreen, Radius: vg.Points(6), Shape: draw.BoxGlyph{}}
+)
+
+func textStyle(f font.Font, size vg.Length, c color.Color) text.Style {
+	f.Size = size
+	return text.Style{Color: c, Font: f, XAlign: draw.XLeft, YAlign: draw.YTop, Handler: plot.DefaultTextHandler}
+}
 
 // render draws the figure as a PNG.
 func (f figure) render(w io.Writer) error {
-	img := image.NewRGBA(image.Rect(0, 0, figW, figH))
-	draw.Draw(img, img.Bounds(), &image.Uniform{white}, image.Point{}, draw.Src)
-	drawText(img, 30, 20, f.title, 3, black)
-	for i, line := range f.subtitle {
-		drawText(img, 30, 58+i*22, line, textScale, grey)
-	}
-	drawLegend(img, 30, 58+len(f.subtitle)*22+12, f.groupsK)
-	cols, rows := 2, (len(f.panels)+1)/2
-	cellW, cellH := figW/cols, (figH-headerH)/rows
+	img := vgimg.NewWith(vgimg.UseWH(figW*vg.Inch/dpi, figH*vg.Inch/dpi), vgimg.UseDPI(dpi))
+	c := draw.New(img)
+	below := f.drawHeader(c)
+	body := draw.Crop(c, 0, 0, 0, below-c.Max.Y)
+	plots := make([][]*plot.Plot, (len(f.panels)+1)/2)
 	for i, p := range f.panels {
-		x0, y0 := (i%cols)*cellW, headerH+(i/cols)*cellH
-		area := image.Rect(x0+panelPadding, y0+45, x0+cellW-40, y0+cellH-70)
-		f.drawPanel(img, area, p)
+		pl, err := f.panelPlot(p)
+		if err != nil {
+			return err
+		}
+		plots[i/2] = append(plots[i/2], pl)
 	}
-	return png.Encode(w, img)
-}
-
-func drawLegend(img *image.RGBA, x, y, groupsK int) {
-	thickLine(img, x, y+7, x+40, y+7, modelBlue)
-	drawText(img, x+50, y, "model", textScale, black)
-	x += 50 + textWidth("model") + 40
-	disc(img, x+10, y+7, 7, measured)
-	drawText(img, x+30, y, "measured (simulation)", textScale, black)
-	x += 30 + textWidth("measured (simulation)") + 40
-	if groupsK > 1 {
-		label := fmt.Sprintf("%d groups: model, measured", groupsK)
-		thickLine(img, x, y+7, x+40, y+7, groupsGreen)
-		square(img, x+60, y+7, 7, groupsGreen)
-		drawText(img, x+80, y, label, textScale, black)
-		x += 80 + textWidth(label) + 40
+	if n := len(f.panels); n%2 == 1 {
+		plots[n/2] = append(plots[n/2], nil)
 	}
-	dashedHLine(img, x, x+40, y+7, wallRed)
-	drawText(img, x+50, y, "wall", textScale, black)
+	tiles := draw.Tiles{Rows: len(plots), Cols: 2, PadX: 3 * margin, PadY: 2 * margin, PadLeft: margin, PadRight: 2 * margin, PadBottom: margin}
+	for j, row := range plot.Align(plots, tiles, body) {
+		for i, tc := range row {
+			if plots[j][i] != nil {
+				plots[j][i].Draw(tc)
+			}
+		}
+	}
+	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
+	return err
 }
 
-// axis maps a value to a pixel on a log scale.
-type axis struct {
-	lo, hi   float64 // decades: log10 of the ends
-	from, to int     // pixels
+// header is the title, the subtitle wrapped to the width and the legend:
+// its lines and the width they may take.
+func (f figure) header() (width vg.Length, subtitle []string) {
+	width = figW*vg.Inch/dpi - 2*margin
+	for _, s := range f.subtitle {
+		subtitle = append(subtitle, wrap(s, subtitleStyle, width)...)
+	}
+	return width, subtitle
 }
 
-func (a axis) at(v float64) int {
-	t := (math.Log10(v) - a.lo) / (a.hi - a.lo)
-	return a.from + int(math.Round(t*float64(a.to-a.from)))
+// drawHeader draws the header from the top of c and returns the height
+// under it.
+func (f figure) drawHeader(c draw.Canvas) vg.Length {
+	x, y := c.Min.X+margin, c.Max.Y-margin
+	c.FillText(titleStyle, vg.Point{X: x, Y: y}, f.title)
+	y -= titleStyle.Height(f.title) + margin/2
+	_, lines := f.header()
+	for _, line := range lines {
+		c.FillText(subtitleStyle, vg.Point{X: x, Y: y}, line)
+		y -= subtitleStyle.Height(line) * 1.15
+	}
+	y -= margin / 2
+	return f.drawLegend(c, x, y)
 }
 
-func (f figure) drawPanel(img *image.RGBA, area image.Rectangle, p panel) {
-	xs := axis{lo: math.Log10(f.xMin), hi: math.Log10(f.xMax), from: area.Min.X, to: area.Max.X}
-	lo, hi := decadeRange(p)
-	ys := axis{lo: lo, hi: hi, from: area.Max.Y, to: area.Min.Y}
-	drawGrid(img, area, xs, ys)
-	drawText(img, area.Min.X, area.Min.Y-35, p.title, textScale, black)
-	drawText(img, area.Min.X+(area.Dx()-textWidth(f.xLabel))/2, area.Max.Y+35, f.xLabel, textScale, grey)
+// legendEntries are the legend's labels and what each shows.
+func (f figure) legendEntries() (labels []string, thumbs [][]plot.Thumbnailer) {
+	model := &plotter.Line{LineStyle: modelLine}
+	sim := &plotter.Scatter{GlyphStyle: simGlyph}
+	labels = []string{"model (one group)", "measured in the simulation"}
+	thumbs = [][]plot.Thumbnailer{{model}, {sim}}
+	if f.groupsK > 1 {
+		labels = append(labels, fmt.Sprintf("%d groups: model, measured", f.groupsK))
+		thumbs = append(thumbs, []plot.Thumbnailer{&plotter.Line{LineStyle: groupsLine}, &plotter.Scatter{GlyphStyle: groupGlyph}})
+	}
+	labels = append(labels, "wall")
+	thumbs = append(thumbs, []plot.Thumbnailer{&plotter.Line{LineStyle: wallLine}})
+	return labels, thumbs
+}
+
+// drawLegend draws the legend on one line from (x, top) and returns the
+// height under it.
+func (f figure) drawLegend(c draw.Canvas, x, top vg.Length) vg.Length {
+	labels, thumbs := f.legendEntries()
+	h := legendStyle.Height("M")
+	thumbW := vg.Points(34)
+	for i, label := range labels {
+		tc := draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{
+			Min: vg.Point{X: x, Y: top - h}, Max: vg.Point{X: x + thumbW, Y: top},
+		}}
+		for _, t := range thumbs[i] {
+			t.Thumbnail(&tc)
+		}
+		c.FillText(legendStyle, vg.Point{X: x + thumbW + vg.Points(6), Y: top}, label)
+		x += thumbW + vg.Points(6) + legendStyle.Width(label) + vg.Points(28)
+	}
+	return top - h - margin
+}
+
+// wrap breaks s into lines no wider than width.
+func wrap(s string, sty text.Style, width vg.Length) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		next := word
+		if line != "" {
+			next = line + " " + word
+		}
+		if line != "" && sty.Width(next) > width {
+			lines = append(lines, line)
+			next = word
+		}
+		line = next
+	}
+	return append(lines, line)
+}
+
+// panelPlot is one panel: log-log, whole decades on both axes.
+func (f figure) panelPlot(p panel) (*plot.Plot, error) {
+	pl := plot.New()
+	pl.Title.Text = p.title
+	pl.Title.TextStyle.Font = font.From(sansBold, 14)
+	pl.Title.Padding = vg.Points(8)
+	pl.X.Label.Text = f.xLabel
+	pl.X.Label.TextStyle.Font = font.From(sans, 13)
+	pl.X.Label.TextStyle.Color = grey
+	for _, ax := range []*plot.Axis{&pl.X, &pl.Y} {
+		ax.Scale = plot.LogScale{}
+		ax.Tick.Marker = decadeTicks{}
+		ax.Tick.Label.Font = font.From(sans, 12)
+	}
+	grid := plotter.NewGrid()
+	grid.Vertical.Color, grid.Horizontal.Color = gridGrey, gridGrey
+	pl.Add(grid)
 	if p.wall > 0 {
-		y := ys.at(p.wall)
-		dashedHLine(img, area.Min.X, area.Max.X, y, wallRed)
+		wall, err := plotter.NewLine(plotter.XYs{{X: f.xMin, Y: p.wall}, {X: f.xMax, Y: p.wall}})
+		if err != nil {
+			return nil, err
+		}
+		wall.LineStyle = wallLine
+		label, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: f.xMin, Y: p.wall}}, Labels: []string{p.wallLabel}})
+		if err != nil {
+			return nil, err
+		}
 		// At the left end, where the curves (rising to the right) are
 		// furthest below a wall.
-		drawText(img, area.Min.X+8, y-textHeight()-6, p.wallLabel, textScale, wallRed)
+		label.TextStyle[0] = textStyle(sans, 12, wallRed)
+		label.TextStyle[0].YAlign = draw.YBottom
+		label.Offset = vg.Point{X: vg.Points(6), Y: vg.Points(3)}
+		pl.Add(wall, label)
 	}
-	for i := 1; i < len(p.model); i++ {
-		a, b := p.model[i-1], p.model[i]
-		thickLine(img, xs.at(a.x), ys.at(a.y), xs.at(b.x), ys.at(b.y), modelBlue)
+	for _, s := range []struct {
+		pts   []point
+		line  *draw.LineStyle
+		glyph *draw.GlyphStyle
+	}{{p.modelK, &groupsLine, nil}, {p.model, &modelLine, nil}, {p.simK, nil, &groupGlyph}, {p.sim, nil, &simGlyph}} {
+		if len(s.pts) == 0 {
+			continue
+		}
+		xys := make(plotter.XYs, len(s.pts))
+		for i, pt := range s.pts {
+			xys[i] = plotter.XY{X: pt.x, Y: pt.y}
+		}
+		if s.line != nil {
+			l, err := plotter.NewLine(xys)
+			if err != nil {
+				return nil, err
+			}
+			l.LineStyle = *s.line
+			pl.Add(l)
+		} else {
+			sc, err := plotter.NewScatter(xys)
+			if err != nil {
+				return nil, err
+			}
+			sc.GlyphStyle = *s.glyph
+			pl.Add(sc)
+		}
 	}
-	for i := 1; i < len(p.modelK); i++ {
-		a, b := p.modelK[i-1], p.modelK[i]
-		thickLine(img, xs.at(a.x), ys.at(a.y), xs.at(b.x), ys.at(b.y), groupsGreen)
-	}
-	for _, pt := range p.sim {
-		disc(img, xs.at(pt.x), ys.at(pt.y), 7, measured)
-	}
-	for _, pt := range p.simK {
-		square(img, xs.at(pt.x), ys.at(pt.y), 7, groupsGreen)
-	}
-	strokeRect(img, area, black)
+	lo, hi := decadeRange(p)
+	pl.X.Min, pl.X.Max = f.xMin, f.xMax
+	pl.Y.Min, pl.Y.Max = math.Pow(10, lo), math.Pow(10, hi)
+	return pl, nil
 }
 
 // decadeRange is the whole decades that hold every value of the panel.
@@ -154,28 +279,19 @@ func decadeRange(p panel) (lo, hi float64) {
 	return lo, hi
 }
 
-// drawGrid draws decade lines with labels and lighter lines at 2–9.
-func drawGrid(img *image.RGBA, area image.Rectangle, xs, ys axis) {
-	for d := math.Floor(xs.lo); d <= xs.hi; d++ {
-		for m := 1.0; m < 10; m++ {
-			v := m * math.Pow(10, d)
-			x := xs.at(v)
-			if x < area.Min.X || x > area.Max.X {
-				continue
-			}
-			if m == 1 {
-				vLine(img, x, area.Min.Y, area.Max.Y, gridGrey)
-				label := compact(v)
-				drawText(img, x-textWidth(label)/2, area.Max.Y+10, label, textScale, black)
-			}
+// decadeTicks labels each power of ten briefly and marks 2–9 between.
+type decadeTicks struct{}
+
+func (decadeTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for d := math.Floor(math.Log10(lo) + 1e-9); d <= math.Ceil(math.Log10(hi)-1e-9); d++ {
+		v := math.Pow(10, d)
+		ticks = append(ticks, plot.Tick{Value: v, Label: compact(v)})
+		for m := 2.0; m < 10 && d < math.Ceil(math.Log10(hi)-1e-9); m++ {
+			ticks = append(ticks, plot.Tick{Value: m * v})
 		}
 	}
-	for d := ys.lo; d <= ys.hi; d++ {
-		y := ys.at(math.Pow(10, d))
-		hLine(img, area.Min.X, area.Max.X, y, gridGrey)
-		label := compact(math.Pow(10, d))
-		drawText(img, area.Min.X-textWidth(label)-10, y-textHeight()/2, label, textScale, black)
-	}
+	return ticks
 }
 
 // compact writes a power of ten briefly: 0.01, 1, 100, 10K, 1M.
@@ -188,59 +304,4 @@ func compact(v float64) string {
 	default:
 		return fmt.Sprintf("%g", v)
 	}
-}
-
-func fillRect(img *image.RGBA, x, y, w, h int, c color.Color) {
-	draw.Draw(img, image.Rect(x, y, x+w, y+h).Intersect(img.Bounds()), &image.Uniform{c}, image.Point{}, draw.Src)
-}
-
-func hLine(img *image.RGBA, x0, x1, y int, c color.Color) { fillRect(img, x0, y, x1-x0+1, 1, c) }
-func vLine(img *image.RGBA, x, y0, y1 int, c color.Color) { fillRect(img, x, y0, 1, y1-y0+1, c) }
-
-func strokeRect(img *image.RGBA, r image.Rectangle, c color.Color) {
-	hLine(img, r.Min.X, r.Max.X, r.Min.Y, c)
-	hLine(img, r.Min.X, r.Max.X, r.Max.Y, c)
-	vLine(img, r.Min.X, r.Min.Y, r.Max.Y, c)
-	vLine(img, r.Max.X, r.Min.Y, r.Max.Y, c)
-}
-
-func dashedHLine(img *image.RGBA, x0, x1, y int, c color.Color) {
-	for x := x0; x < x1; x += 14 {
-		fillRect(img, x, y-1, min(8, x1-x), 3, c)
-	}
-}
-
-// lineWidth is the curves' brush, in pixels.
-const lineWidth = 3
-
-// thickLine draws from (x0,y0) to (x1,y1) with a square brush.
-func thickLine(img *image.RGBA, x0, y0, x1, y1 int, c color.Color) {
-	const w = lineWidth
-	steps := max(abs(x1-x0), abs(y1-y0), 1)
-	for i := 0; i <= steps; i++ {
-		x := x0 + (x1-x0)*i/steps
-		y := y0 + (y1-y0)*i/steps
-		fillRect(img, x-w/2, y-w/2, w, w, c)
-	}
-}
-
-func disc(img *image.RGBA, cx, cy, r int, c color.Color) {
-	for dy := -r; dy <= r; dy++ {
-		for dx := -r; dx <= r; dx++ {
-			if dx*dx+dy*dy <= r*r {
-				img.Set(cx+dx, cy+dy, c)
-			}
-		}
-	}
-}
-
-func square(img *image.RGBA, cx, cy, r int, c color.Color) {
-	fillRect(img, cx-r, cy-r, 2*r+1, 2*r+1, c)
-}
-
-func abs(v int) int {
-	if v < 0 {
-		return -v
-	}
-	return v
 }

@@ -1,8 +1,8 @@
 // Package scale measures what a fleet of sidelock sidecars costs its Redis
 // masters and itself: the meters shared by the cost-model benchmark
-// (bench/model_test.go, the model's inputs) and the fleet simulation
+// (tools/bench/model_test.go, the model's inputs) and the fleet simulation
 // (BenchmarkScaleSim in this package, the model's check), so both read CPU,
-// memory and connections the same way. cmd/scale-model turns their output
+// memory and connections the same way. tools/scale-model turns their output
 // into docs/scale.md's table and plot.
 package scale
 

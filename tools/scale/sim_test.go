@@ -22,9 +22,9 @@ import (
 // shard.Router, every master health-checked by every sidecar), each driven by an open-loop caller at
 // a fixed rate while also holding a few long-lived locks that the renewer
 // keeps alive. What the masters and this process spend is compared with
-// the cost model's prediction by cmd/scale-model (see docs/scale.md).
+// the cost model's prediction by tools/scale-model (see docs/scale.md).
 //
-//	go test -run '^$' -bench BenchmarkScaleSim -benchtime 1x ./bench/scale
+//	cd tools && go test -run '^$' -bench BenchmarkScaleSim -benchtime 1x ./scale
 //
 // Run it with -benchtime 1x: one iteration is one whole measurement.
 // SIDELOCK_SCALE_WINDOW (a Go duration, default 15s) sets the measuring
