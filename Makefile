@@ -15,7 +15,7 @@ GOLANGCI := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(G
 TOOLS := tools
 TOOLS_UNIT := ./scale-model ./report
 
-.PHONY: help run test test-unit test-load bench-smoke fuzz-smoke sim chaos chaos-ci soak abuse vulncheck build check-fmt vet lint bench scale-sim fuzz cover image e2e helm-lint k8s-validate test-deploy redis-server clean
+.PHONY: help docs-config run test test-unit test-load bench-smoke fuzz-smoke sim chaos chaos-ci soak abuse vulncheck build check-fmt vet lint bench scale-sim fuzz cover image e2e helm-lint k8s-validate test-deploy redis-server clean
 
 ## help: this list: every target with a `##` comment.
 help:
@@ -118,6 +118,11 @@ scale-sim: redis-server
 	set -o pipefail; cd $(TOOLS) && $(GO) test -run '^$$' -bench BenchmarkCostModel -benchtime 1s -count 3 -timeout 15m ./bench | tee results/model.txt
 	set -o pipefail; cd $(TOOLS) && $(GO) test -run '^$$' -bench BenchmarkScaleSim -benchtime 1x -count 1 -timeout 15m ./scale | tee results/scale.txt
 	cd $(TOOLS) && $(GO) run ./scale-model -inputs results/model.txt,results/latest.txt -sim results/scale.txt -png ../docs/scale/scale.png -table ../docs/scale/table.md
+
+## docs-config: regenerate docs/configuration.md from the settings table (internal/config/settings.go);
+## a test in make test fails while it is stale.
+docs-config:
+	UPDATE_GOLDEN=1 $(GO) test -count=1 -run '^TestConfigurationReference$$' ./internal/config
 
 ## fuzz: each fuzz target for FUZZTIME (default 10s).
 fuzz:
