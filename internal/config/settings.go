@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
 // Setting is one SIDELOCK_* variable of the sidecar.
@@ -169,9 +170,8 @@ var settings = indexFields([]Setting{
 		Doc:   "bound on each call to one master",
 		Rules: "at most a tenth of SIDELOCK_KEY_TTL, so renewals fit within the key ttl",
 		Chart: "sidecar.config.nodeTimeout"},
-	// pkg/redlock refuses a drift factor of 0.5 or more too.
-	{Env: "SIDELOCK_DRIFT_FACTOR", Default: 0.01, Min: atLeast(0.0), Max: below(0.5),
-		Doc:   "clock drift allowance, as a share of the key ttl",
+	{Env: "SIDELOCK_DRIFT_FACTOR", Default: 0.01, Min: atLeast(0.0), Max: below(redlock.MaxDriftFactor),
+		Doc:   "clock drift allowance, as a share of the key ttl (0 is taken as 0.01, the Redlock engine's default)",
 		Chart: "sidecar.config.driftFactor"},
 	{Env: "SIDELOCK_DEFAULT_TTL", Default: 30 * time.Second, Min: atLeast(lease.MinTTL), Max: atMostSetting(envMaxTTL),
 		Doc:   "caller lease when none is asked for",

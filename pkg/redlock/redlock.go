@@ -126,6 +126,10 @@ const (
 	driftFloor         = 2 * time.Millisecond
 )
 
+// MaxDriftFactor bounds Config.DriftFactor (exclusive): at half the ttl
+// for drift, a lock's validity would be gone before most rounds end.
+const MaxDriftFactor = 0.5
+
 // New returns a Locker over nodes, which must be independent masters.
 func New(nodes []Node, cfg Config) (*Locker, error) {
 	if len(nodes) == 0 {
@@ -148,8 +152,8 @@ func New(nodes []Node, cfg Config) (*Locker, error) {
 			return nil, err
 		}
 	}
-	if cfg.NodeTimeout < 0 || cfg.DriftFactor < 0 || cfg.DriftFactor >= 0.5 {
-		return nil, fmt.Errorf("redlock: node timeout %v and drift factor %v must be positive, drift below 0.5", cfg.NodeTimeout, cfg.DriftFactor)
+	if cfg.NodeTimeout < 0 || cfg.DriftFactor < 0 || cfg.DriftFactor >= MaxDriftFactor {
+		return nil, fmt.Errorf("redlock: node timeout %v and drift factor %v must be positive, drift below %v", cfg.NodeTimeout, cfg.DriftFactor, MaxDriftFactor)
 	}
 	l := &Locker{
 		name:           cfg.Name,

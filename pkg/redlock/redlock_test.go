@@ -258,6 +258,24 @@ func TestValidityIsTTLMinusDrift(t *testing.T) {
 	}
 }
 
+// A zero DriftFactor is the default 0.01, not "no drift": the sidecar's
+// SIDELOCK_DRIFT_FACTOR=0 documents it so (docs/configuration.md).
+func TestZeroDriftFactorIsTheDefault(t *testing.T) {
+	clock := &steppingClock{t: time.Unix(1000, 0), step: time.Millisecond}
+	_, nodes := masters(3)
+	l, err := redlock.New(nodes, redlock.Config{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := l.Acquire(context.Background(), "k", "v", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Unix(1000, 0).Add(ttl - 100*time.Millisecond - 2*time.Millisecond); !g.ValidUntil.Equal(want) {
+		t.Fatalf("ValidUntil = %v, want %v (drift 1%% of the ttl plus 2ms)", g.ValidUntil, want)
+	}
+}
+
 func TestAcquireFailsWhenTheRoundOutlastsTheTTL(t *testing.T) {
 	clock := &steppingClock{t: time.Unix(1000, 0), step: 2 * time.Second}
 	mem, nodes := masters(3)
