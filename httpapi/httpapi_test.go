@@ -17,8 +17,9 @@ import (
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
 )
 
-// newAPI serves the lock API over three in-memory masters.
-func newAPI(t testing.TB) *httptest.Server {
+// newManager is a lease manager over three in-memory masters, closed
+// when the test ends.
+func newManager(t testing.TB) *lease.Manager {
 	t.Helper()
 	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
 	locker, err := redlock.New(nodes, redlock.Config{Fencing: true})
@@ -29,8 +30,15 @@ func newAPI(t testing.TB) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.NewServer(discardLogger(), m, nil))
-	t.Cleanup(func() { srv.Close(); m.Close(context.Background()) })
+	t.Cleanup(func() { m.Close(context.Background()) })
+	return m
+}
+
+// newAPI serves the lock API over three in-memory masters.
+func newAPI(t testing.TB) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(httpapi.NewServer(discardLogger(), newManager(t), nil))
+	t.Cleanup(srv.Close)
 	return srv
 }
 

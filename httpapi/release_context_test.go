@@ -5,28 +5,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/sidelock/sidelock/httpapi"
 	"github.com/sidelock/sidelock/internal/lease"
-	"github.com/sidelock/sidelock/pkg/redlock"
-	"github.com/sidelock/sidelock/pkg/redlock/memnode"
 )
 
 // A DELETE that arrived whole is carried out even when its client hangs up
 // before the handler runs: the caller asked to free the lock, and leaving
 // it held until the lease lapses would block everyone else for nobody.
 func TestReleaseWhoseClientHungUpStillReleases(t *testing.T) {
-	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
-	locker, err := redlock.New(nodes, redlock.Config{Fencing: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "t:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(context.Background()) })
+	m := newManager(t)
 	h := httpapi.NewServer(discardLogger(), m, nil)
 
 	info, err := m.Acquire(context.Background(), lease.Request{Name: "hung-up"})
