@@ -2,50 +2,16 @@ package injector
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-)
 
-// writeTestCert writes a self-signed pair with the given serial, each file
-// renamed into place as a Secret volume swaps them.
-func writeTestCert(t *testing.T, certFile, keyFile string, serial int64) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "injector test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for file, block := range map[string]*pem.Block{certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "EC PRIVATE KEY", Bytes: kder}} {
-		if err := os.WriteFile(file+".tmp", pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(file+".tmp", file); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
+	"github.com/sidelock/sidelock/internal/testcert"
+)
 
 // A renewed certificate (cert-manager, a rotated Secret) is served without
 // a restart; a broken pair is logged and the previous one kept; within the
@@ -53,7 +19,7 @@ func writeTestCert(t *testing.T, certFile, keyFile string, serial int64) {
 func TestCertReloaderPicksUpRenewalsAndKeepsTheLastGoodPair(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	writeTestCert(t, certFile, keyFile, 1)
+	testcert.WriteSelfSigned(t, certFile, keyFile, 1)
 	var log bytes.Buffer
 	serial := func(r *CertReloader) int64 {
 		t.Helper()
@@ -81,7 +47,7 @@ func TestCertReloaderPicksUpRenewalsAndKeepsTheLastGoodPair(t *testing.T) {
 	serial(seldom) // its first check: the files are unchanged
 
 	time.Sleep(10 * time.Millisecond) // a distinct modification time
-	writeTestCert(t, certFile, keyFile, 2)
+	testcert.WriteSelfSigned(t, certFile, keyFile, 2)
 	if s := serial(always); s != 2 {
 		t.Errorf("serial %d after renewal, want 2", s)
 	}
