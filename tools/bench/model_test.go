@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/health"
 	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/membership"
 	"github.com/sidelock/sidelock/internal/redistest"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
@@ -19,8 +23,8 @@ import (
 
 // BenchmarkCostModel measures the inputs of the fleet cost model in
 // docs/scale.md: CPU per lock operation on the masters and in the sidecar,
-// the background cost of a sidecar (health rounds, renewer ticks),
-// connections and memory per sidecar, per held lock and per connection.
+// the background cost of a sidecar (health rounds, member-list checks,
+// renewer ticks), connections and memory per sidecar, per held lock and per connection.
 // tools/scale-model reads these lines; BenchmarkScaleSim (tools/scale)
 // checks the model against hundreds of sidecars at once.
 //
@@ -51,6 +55,9 @@ func BenchmarkCostModel(b *testing.B) {
 	b.Run("renewal/batch=100", func(b *testing.B) { costOfRenewal(b, 100) })
 	b.Run("health-round/ping-only", func(b *testing.B) { costOfHealthRounds(b, true) })
 	b.Run("health-round/full", func(b *testing.B) { costOfHealthRounds(b, false) })
+	b.Run("member-check/callers=1", func(b *testing.B) { costOfMemberChecks(b, 1, 0) })
+	b.Run(fmt.Sprintf("member-check/callers=%d", fleetCallers), func(b *testing.B) { costOfMemberChecks(b, fleetCallers, 0) })
+	b.Run("member-check/paced", func(b *testing.B) { costOfMemberChecks(b, 1, lonePace) })
 	b.Run(fmt.Sprintf("background/sidecars=%d/health=none", backgroundSidecars), costOfTicks)
 	for _, interval := range []time.Duration{time.Second, 50 * time.Millisecond} {
 		b.Run(fmt.Sprintf("background/sidecars=%d/health=%v/rounds=info", backgroundSidecars, interval), func(b *testing.B) { costOfHealth(b, interval, -1) })
@@ -134,8 +141,16 @@ func (ms *meteredMasters) usedMemory(b *testing.B) int64 {
 	return ms.sum(b, func(m *scale.Master) (int64, error) { return m.UsedMemory(context.Background()) })
 }
 
+// outputBytes and outputMark are the masters' output, summed, before and
+// after the reading's own reply (see scale.Master.OutputMark): a window's
+// output is outputBytes at its end, read first, less outputMark at its
+// start, read last.
 func (ms *meteredMasters) outputBytes(b *testing.B) int64 {
 	return ms.sum(b, func(m *scale.Master) (int64, error) { return m.OutputBytes(context.Background()) })
+}
+
+func (ms *meteredMasters) outputMark(b *testing.B) int64 {
+	return ms.sum(b, func(m *scale.Master) (int64, error) { return m.OutputMark(context.Background()) })
 }
 
 // wakeups and commands count the masters' event-loop wake-ups and the
@@ -146,6 +161,12 @@ func (ms *meteredMasters) wakeups(b *testing.B) int64 {
 
 func (ms *meteredMasters) commands(b *testing.B) int64 {
 	return ms.sum(b, func(m *scale.Master) (int64, error) { return m.RoundTrips(context.Background()) })
+}
+
+// allCommands counts every command the masters ran for clients, those the
+// scripts call inside Redis included (see scale.Master.Commands), summed.
+func (ms *meteredMasters) allCommands(b *testing.B) int64 {
+	return ms.sum(b, func(m *scale.Master) (int64, error) { return m.Commands(context.Background()) })
 }
 
 func (ms *meteredMasters) clients(b *testing.B) int64 {
@@ -244,7 +265,7 @@ func costOfOps(b *testing.B, ms *meteredMasters, pace time.Duration, callers []l
 	}
 	var acquires, releases cpuSpan
 	n := 0
-	out0, wakeups0, commands0 := ms.outputBytes(b), ms.wakeups(b), ms.commands(b)
+	wakeups0, commands0, out0 := ms.wakeups(b), ms.commands(b), ms.outputMark(b)
 	for b.Loop() {
 		a, r := ms.measure(b, acquireAll), ms.measure(b, releaseAll)
 		if pace > 0 {
@@ -254,9 +275,10 @@ func costOfOps(b *testing.B, ms *meteredMasters, pace time.Duration, callers []l
 		releases.add(r)
 		n += opBatch * len(callers)
 	}
+	out := ms.outputBytes(b) - out0
 	masters := float64(len(ms.addrs))
 	b.ReportMetric(float64(ms.commands(b)-commands0)/float64(ms.wakeups(b)-wakeups0), "redis-requests/wakeup")
-	b.ReportMetric(float64(ms.outputBytes(b)-out0)/float64(n)/masters, "redis-out-bytes/cycle")
+	b.ReportMetric(float64(out)/float64(n)/masters, "redis-out-bytes/cycle")
 	b.ReportMetric(microseconds(acquires.redis)/float64(n)/masters, "redis-cpu-µs/acquire")
 	b.ReportMetric(microseconds(releases.redis)/float64(n)/masters, "redis-cpu-µs/release")
 	b.ReportMetric(microseconds(acquires.proc)/float64(n), "sidecar-cpu-µs/acquire")
@@ -372,7 +394,7 @@ func costOfHealthRounds(b *testing.B, pingOnly bool) {
 	}
 	round() // dial
 	rounds := 0
-	out0 := ms.outputBytes(b)
+	out0 := ms.outputMark(b)
 	span := ms.measure(b, func() {
 		for b.Loop() {
 			round()
@@ -398,6 +420,78 @@ func pingAll(ctx context.Context, nodes []redlock.Node) {
 	wg.Wait()
 }
 
+// costOfMemberChecks is the sidecar's member-list check of its group
+// (internal/sidecar: membership.Check records the group's list on each of
+// its masters with one script and reads back the live lists, every 10 s
+// and once at start-up), by callers each with connections of its own,
+// like as many sidecars, all recording the same list under the same key
+// as the sidecars of one group do, each check back to back (pace 0) or
+// after a pause of pace. callers=1 is the lone Redis cost (every request
+// wakes the master), callers=fleetCallers the warm one, as for lock
+// operations; paced, the sidecar's CPU as a pod pays it, its runtime idle
+// before each check (the idle cost taken off, as in costOfOps).
+func costOfMemberChecks(b *testing.B, callers int, pace time.Duration) {
+	ms := startMeteredMasters(b, 3)
+	cfg, err := config.Load()
+	if err != nil {
+		b.Fatal(err)
+	}
+	group := strings.Join(slices.Sorted(slices.Values(ms.addrs)), ",") // an unnamed group's name
+	// The record's ttl as internal/sidecar sets it (membershipTTL, with its
+	// unexported 10 s interval): it changes the score, not the cost.
+	ttl := 3*10*time.Second + 2*cfg.KeyTTL
+	ctx := context.Background()
+	check := func(nodes []redlock.Node) {
+		res, err := membership.Check(ctx, cfg.KeyPrefix, group, ms.addrs, nodes, ttl, 4*benchNodeTimeout)
+		if err != nil || len(res.Answered) != len(nodes) {
+			b.Fatalf("member-list check: %v (answered %v of %d)", err, res.Answered, len(nodes))
+		}
+	}
+	groups := make([][]redlock.Node, callers)
+	for w := range groups {
+		groups[w] = ms.nodes(b)
+		check(groups[w]) // dial, and load the script
+	}
+	batch := func() {
+		var wg sync.WaitGroup
+		for w := range groups {
+			wg.Go(func() {
+				for range opBatch {
+					if pace > 0 {
+						time.Sleep(pace)
+					}
+					check(groups[w])
+				}
+			})
+		}
+		wg.Wait()
+	}
+	var idle cpuSpan
+	if pace > 0 {
+		idle = ms.measure(b, func() { time.Sleep(idleSample) })
+	}
+	var total cpuSpan
+	checks := 0
+	wakeups0, rt0, cmds0, out0 := ms.wakeups(b), ms.commands(b), ms.allCommands(b), ms.outputMark(b)
+	for b.Loop() {
+		span := ms.measure(b, batch)
+		if pace > 0 {
+			span = span.less(idle)
+		}
+		total.add(span)
+		checks += opBatch * callers
+	}
+	out := ms.outputBytes(b) - out0
+	rt, cmds := ms.commands(b)-rt0, ms.allCommands(b)-cmds0
+	perMaster := float64(checks) * float64(len(ms.addrs))
+	b.ReportMetric(microseconds(total.redis)/perMaster, "redis-cpu-µs/member-check")
+	b.ReportMetric(float64(out)/perMaster, "redis-out-bytes/member-check")
+	b.ReportMetric(float64(rt)/perMaster, "redis-round-trips/member-check")
+	b.ReportMetric(float64(cmds)/perMaster, "redis-commands/member-check")
+	b.ReportMetric(float64(rt)/float64(ms.wakeups(b)-wakeups0), "redis-requests/wakeup")
+	b.ReportMetric(microseconds(total.proc)/perMaster, "sidecar-cpu-µs/member-check")
+}
+
 // backgroundSidecars is how many sidecars share a background
 // measurement: enough that their background shows well above the masters'
 // own.
@@ -417,6 +511,11 @@ func costOfTicks(b *testing.B) {
 	for b.Loop() {
 		alone.add(ms.measure(b, func() { time.Sleep(backgroundWindow) }))
 		sidecars := startSidecars(b, ms.addrs, backgroundSidecars, -1, 0)
+		// Settle: start-up work goes on for a moment after New returns
+		// (Run starting the listeners, the collection of what starting 50
+		// sidecars left behind) and would land in the window at tens of
+		// µs/s per sidecar, against the few µs/s of the tick measured here.
+		time.Sleep(time.Second)
 		ticks.add(ms.measure(b, func() { time.Sleep(backgroundWindow) }))
 		closeSidecars(b, sidecars)
 		windows++
@@ -457,19 +556,25 @@ func costOfHealth(b *testing.B, interval, infoMaxAge time.Duration) {
 	heap1, rss1 := scale.LiveHeap(), settledRSS(b)
 	clients1 := ms.clients(b)
 	var busy cpuSpan
-	rounds0, out0, wakeups0, commands0 := ms.healthRounds(b), ms.outputBytes(b), ms.wakeups(b), ms.commands(b)
+	rounds0, wakeups0, commands0, scripts0 := ms.healthRounds(b), ms.wakeups(b), ms.commands(b), ms.scriptRuns(b)
+	out0 := ms.outputMark(b)
 	start := time.Now()
 	for b.Loop() {
 		busy.add(ms.measure(b, func() { time.Sleep(backgroundWindow) }))
 	}
 	seconds := time.Since(start).Seconds()
+	out := ms.outputBytes(b) - out0
 	rounds := float64(ms.healthRounds(b) - rounds0) // per master, summed
 	masters := float64(len(ms.addrs))
 	redisIdle := microseconds(alone.redis) / masters // per master per second
 	b.ReportMetric((microseconds(busy.redis)-redisIdle*masters*seconds)/rounds, "redis-cpu-µs/health-round")
-	b.ReportMetric(float64(ms.outputBytes(b)-out0)/rounds, "redis-out-bytes/health-round")
+	b.ReportMetric(float64(out)/rounds, "redis-out-bytes/health-round")
 	b.ReportMetric(float64(ms.commands(b)-commands0)/float64(ms.wakeups(b)-wakeups0), "redis-requests/wakeup")
 	b.ReportMetric(rounds/masters/seconds/backgroundSidecars, "health-rounds/s/sidecar")
+	// No lock operation runs in the window, so every script run is a
+	// member-list check: 0 while the windows end before the first periodic
+	// check, 10 s after start-up, so that the rounds are costed alone.
+	b.ReportMetric(float64(ms.scriptRuns(b)-scripts0)/masters/seconds/backgroundSidecars, "member-checks/s/sidecar")
 	b.ReportMetric(microseconds(busy.proc)/seconds/backgroundSidecars, "sidecar-cpu-µs/s")
 	b.ReportMetric(float64(clients1-clients0)/masters/backgroundSidecars, "conns/sidecar")
 	b.ReportMetric(float64(int64(heap1)-int64(heap0))/backgroundSidecars, "sidecar-heap-bytes/sidecar")
@@ -488,6 +593,19 @@ func (ms *meteredMasters) healthRounds(b *testing.B) int64 {
 		}
 		pings, err := m.CommandCalls(context.Background(), "ping")
 		return infos/2 + pings, err
+	})
+}
+
+// scriptRuns is how many scripts the masters ran (EVALSHA and EVAL),
+// summed.
+func (ms *meteredMasters) scriptRuns(b *testing.B) int64 {
+	return ms.sum(b, func(m *scale.Master) (int64, error) {
+		sha, err := m.CommandCalls(context.Background(), "evalsha")
+		if err != nil {
+			return 0, err
+		}
+		eval, err := m.CommandCalls(context.Background(), "eval")
+		return sha + eval, err
 	})
 }
 
@@ -692,7 +810,7 @@ func command(b *testing.B, c net.Conn, cmd, reply string) {
 // memoryLocks is how many held locks the per-lock memory is averaged over.
 const memoryLocks = 3000
 
-// costOfHeldLockMemory first reports what loading the lock scripts costs a
+// costOfHeldLockMemory first reports what loading the scripts costs a
 // master (once, whatever the fleet). Then it holds memoryLocks locks
 // through a lease manager and reports, per lock, the masters' used_memory
 // (the key and its fence counter) and the sidecar's live heap; then
@@ -744,8 +862,9 @@ func costOfHeldLockMemory(b *testing.B) {
 }
 
 // scriptMemory is the masters' used_memory growth, summed, from running
-// every lock script once (each is loaded on first use), measured after
-// the connections that ran them are closed.
+// every script a sidecar runs once (each is loaded on first use): the lock
+// scripts and the member-list check's, measured after the connections
+// that ran them are closed.
 func scriptMemory(b *testing.B, ms *meteredMasters) float64 {
 	used0 := ms.usedMemory(b)
 	nodes := make([]redlock.Node, len(ms.addrs))
@@ -767,10 +886,14 @@ func scriptMemory(b *testing.B, ms *meteredMasters) float64 {
 	if err := locker.Release(ctx, "scripts", "v"); err != nil {
 		b.Fatal(err)
 	}
+	if _, err := membership.Check(ctx, "sidelock:", "scripts", ms.addrs, nodes, time.Minute, benchNodeTimeout); err != nil {
+		b.Fatal(err)
+	}
 	for _, n := range nodes {
 		n.Close()
 	}
 	time.Sleep(200 * time.Millisecond) // the server frees closed clients
-	// The fence counter of "scripts" stays: a few hundred bytes of the sum.
+	// The fence counter of "scripts" and the member-list record stay: a few
+	// hundred bytes of the sum.
 	return float64(ms.usedMemory(b) - used0)
 }

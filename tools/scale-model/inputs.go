@@ -106,6 +106,9 @@ const (
 	healthFleet     = costModel + "background/sidecars=50/health=50ms/rounds=info"
 	pingPod         = costModel + "background/sidecars=50/health=1s/rounds=ping"
 	pingFleet       = costModel + "background/sidecars=50/health=50ms/rounds=ping"
+	memberLone      = costModel + "member-check/callers=1"
+	memberFleet     = costModel + "member-check/callers=16"
+	memberPaced     = costModel + "member-check/paced"
 	connections     = costModel + "connections"
 	connMemory      = costModel + "memory/conns=500"
 	lockMemory      = costModel + "memory/locks=3000"
@@ -137,6 +140,10 @@ func inputsFrom(r results) (Inputs, error) {
 	in.RedisPingRound, in.OutPerPingRound = rd.get(pingFleet, "redis-cpu-µs/health-round"), rd.get(pingFleet, "redis-out-bytes/health-round")
 	in.RedisPingRoundLone = rd.get(pingPod, "redis-cpu-µs/health-round")
 	in.SidecarHealthRound, in.SidecarPingRound = sidecarPerRound(rd, healthPod, in.SidecarTick), sidecarPerRound(rd, pingPod, in.SidecarTick)
+	in.RedisMemberCheck, in.RedisMemberCheckLone = rd.get(memberFleet, "redis-cpu-µs/member-check"), rd.get(memberLone, "redis-cpu-µs/member-check")
+	in.RedisMemberCheckIdle, in.SidecarMemberCheck = rd.get(memberPaced, "redis-cpu-µs/member-check"), rd.get(memberPaced, "sidecar-cpu-µs/member-check")
+	in.OutPerMemberCheck = rd.get(memberLone, "redis-out-bytes/member-check")
+	in.CommandsPerMemberCheck, in.RoundTripsPerMemberCheck = rd.get(memberLone, "redis-commands/member-check"), rd.get(memberLone, "redis-round-trips/member-check")
 	in.SidecarHeap, in.SidecarRSS = rd.get(healthPod, "sidecar-heap-bytes/sidecar"), rd.get(healthPod, "sidecar-rss-bytes/sidecar")
 	in.ConnsPerSidecar, in.ConnsAfterWait = rd.get(connections, "conns-active/sidecar"), rd.get(connections, "conns-after-wait/sidecar")
 	in.BusyConnBytes, in.IdleConnBytes = connBytes(rd.get(connMemory, "redis-bytes/busy-conn"), rd.get(connMemory, "redis-bytes/idle-conn"), rd.get(connMemory, "redis-bytes/conn"))

@@ -175,7 +175,7 @@ func writeDocument(w io.Writer, in Inputs, runs []SimRun, opt options, source st
 		fmt.Fprintf(w, "\n### Largest fleet one group serves — %s, master CPU ≤ %.0f %% of a core\n\n", s.Name, s.Walls.CPUBudget*100)
 		writeCapacity(w, in, s)
 	}
-	fmt.Fprintf(w, "\n### What health rounds cost a master\n\n")
+	fmt.Fprintf(w, "\n### What health rounds and member-list checks cost a master\n\n")
 	writeHealthCost(w, in)
 	fmt.Fprintf(w, "\n### Groups for %s pods × %g cycles/s\n\n", num(opt.fleetPods), opt.fleetCycles)
 	writeGroups(w, in, opt.fleetPods, opt.fleetCycles, []Settings{opt.current, opt.recommended})
@@ -248,7 +248,7 @@ func plotFigure(in Inputs, runs []SimRun, opt options) figure {
 	return figure{
 		title: "sidelock fleet cost: model against simulation",
 		subtitle: []string{
-			fmt.Sprintf("%s; per sidecar %g acquire+release cycles/s, %g held locks, a health round every %g s.", groupsLine, base.Cycles, base.Held, base.HealthInterval),
+			fmt.Sprintf("%s; per sidecar %g acquire+release cycles/s, %g held locks, a health round every %g s, a member-list check every %g s.", groupsLine, base.Cycles, base.Held, base.HealthInterval, memberCheckEvery),
 			fmt.Sprintf("Points: in-process sidecars against real masters on a shared 2-core machine; the model runs on to %s sidecars.", num(opt.plotMaxSidecar)),
 		},
 		groupsK: groupsK,

@@ -19,23 +19,30 @@ type Inputs struct {
 	RedisRenewKey                float64 // per key in an ExtendMany call
 	RedisBackground              float64 // per sidecar per health round that reads the server info (one pipeline)
 	RedisPingRound               float64 // per sidecar per health round that only pings
+	RedisMemberCheck             float64 // per sidecar per member-list check (one script)
 	RedisIdle                    float64 // µs/s of a master with no clients
 	// The same costs when every command finds the master asleep and wakes
-	// it alone (one caller at a time): see redisCPU for how both are used.
+	// it alone (one caller at a time): see utilisation for how both are used.
 	RedisAcquireLone, RedisReleaseLone      float64 // 3 masters
 	RedisAcquireLone5, RedisReleaseLone5    float64 // 5 masters
 	RedisBackgroundLone, RedisPingRoundLone float64
+	RedisMemberCheckLone                    float64
 	// The same again for commands that find a master idle for 5 ms (a
 	// paced caller): shown, not used; see docs/scale.md.
 	RedisAcquireIdle, RedisReleaseIdle float64
+	RedisMemberCheckIdle               float64
 
 	// Redis output, bytes per master.
-	OutPerCycle, OutPerHealthRound, OutPerPingRound float64
+	OutPerCycle, OutPerHealthRound, OutPerPingRound, OutPerMemberCheck float64
+	// What one member-list check asks of a master: the commands it runs
+	// (the script and those it calls) and its round trips. Shown, not
+	// used: the model counts one request per check.
+	CommandsPerMemberCheck, RoundTripsPerMemberCheck float64
 
 	// Redis memory, bytes per master.
 	BusyConnBytes, IdleConnBytes float64 // a connection used at least every ~2 s, or idle longer
 	LockBytes                    float64 // a held key and its fence counter
-	ScriptsBytes                 float64 // the lock scripts and the Lua state running them, once per master
+	ScriptsBytes                 float64 // the lock and member-list scripts and the Lua state running them, once per master
 	FenceBytes                   float64 // a fence counter left by a released name (kept FenceRetention)
 
 	// Connections each sidecar keeps per master once it has locked (one
@@ -50,6 +57,7 @@ type Inputs struct {
 	SidecarRenewCall, SidecarRenewKey float64
 	SidecarHealthRound                float64 // per master per round that reads the server info
 	SidecarPingRound                  float64 // per master per round that only pings
+	SidecarMemberCheck                float64 // per master per member-list check
 	SidecarTick                       float64 // µs/s of the renewer's idle 50 ms tick
 
 	// Sidecar memory, bytes. In-process (the simulation's unit) and, when
@@ -102,17 +110,24 @@ func (f Fleet) mix(info, ping float64) float64 {
 	return s*info + (1-s)*ping
 }
 
+// memberCheckEvery is how often, in seconds, every sidecar records each
+// group's member list on every master of the group (one script per
+// master): membershipEvery in internal/sidecar/membership.go, unexported
+// there, so repeated here. No setting changes it.
+const memberCheckEvery = 10.0
+
 // Master is the load on one master of one group.
 type Master struct {
 	CPU         float64 // µs/s
 	Conns       float64
 	Memory      float64 // bytes
 	OutBytes    float64 // bytes/s
-	Requests    float64 // round trips/s: 3 per cycle, renewal calls, 1 per health round
+	Requests    float64 // round trips/s: 3 per cycle, renewal calls, 1 per health round, 1 per member-list check
 	LockReqs    float64 // the part of Requests that lock operations and renewals make
 	CPUOps      float64 // the parts of CPU: lock operations,
 	CPURenewals float64 // renewals,
-	CPUHealth   float64 // health rounds and per-client housekeeping
+	CPUHealth   float64 // health rounds and per-client housekeeping,
+	CPUMembers  float64 // member-list checks
 }
 
 // Pod is the cost of one sidecar.
@@ -137,8 +152,9 @@ func (f Fleet) renewCallsPerGroup() float64 {
 	return held / batch * renewalsPerSecond(f.KeyTTL)
 }
 
-// PerMaster is the model of one master: every sidecar health-checks it,
-// and 1/Groups of the fleet's lock traffic reaches it.
+// PerMaster is the model of one master: every sidecar health-checks it
+// and records its group's member list on it, and 1/Groups of the fleet's
+// lock traffic reaches it.
 func (in Inputs) PerMaster(f Fleet) Master {
 	groups := float64(f.Groups)
 	cycles := f.Pods * f.Cycles / groups
@@ -149,20 +165,23 @@ func (in Inputs) PerMaster(f Fleet) Master {
 	ops := load{rate: cycles, warm: acquire + release, lone: acquireLone + releaseLone}
 	health := load{rate: f.Pods / f.HealthInterval,
 		warm: f.mix(in.RedisBackground, in.RedisPingRound), lone: f.mix(in.RedisBackgroundLone, in.RedisPingRoundLone)}
+	members := load{rate: f.Pods / memberCheckEvery, warm: in.RedisMemberCheck, lone: in.RedisMemberCheckLone}
 	// Renewal calls are measured one caller at a time, and counted so.
 	renewals := load{rate: 1, warm: f.Pods*f.renewCallsPerGroup()*in.RedisRenewCall + heldKeys*renewal*in.RedisRenewKey}
 	renewals.lone = renewals.warm
-	busy := utilisation(ops, health, renewals)
+	busy := utilisation(ops, health, members, renewals)
 	m := Master{
 		CPUOps:      ops.cost(busy),
 		CPURenewals: renewals.cost(busy),
 		CPUHealth:   health.cost(busy),
+		CPUMembers:  members.cost(busy),
 		Conns:       f.Pods * in.connsPerPod(f),
-		OutBytes:    cycles*in.OutPerCycle + f.Pods*f.mix(in.OutPerHealthRound, in.OutPerPingRound)/f.HealthInterval,
-		LockReqs:    3*cycles + f.Pods*f.renewCallsPerGroup(),
+		OutBytes: cycles*in.OutPerCycle + f.Pods*f.mix(in.OutPerHealthRound, in.OutPerPingRound)/f.HealthInterval +
+			f.Pods*in.OutPerMemberCheck/memberCheckEvery,
+		LockReqs: 3*cycles + f.Pods*f.renewCallsPerGroup(),
 	}
-	m.Requests = m.LockReqs + f.Pods/f.HealthInterval
-	m.CPU = in.RedisIdle + m.CPUOps + m.CPURenewals + m.CPUHealth
+	m.Requests = m.LockReqs + f.Pods/f.HealthInterval + f.Pods/memberCheckEvery
+	m.CPU = in.RedisIdle + m.CPUOps + m.CPURenewals + m.CPUHealth + m.CPUMembers
 	m.Memory = in.ScriptsBytes + in.connMemory(f)*f.Pods + heldKeys*in.LockBytes + f.Pods*f.Names/groups*in.FenceBytes
 	return m
 }
@@ -211,8 +230,9 @@ func (in Inputs) connsPerPod(f Fleet) float64 {
 const busyWithin = 2.0
 
 // connMemory is what one pod's connections take on one master. Of its
-// two command connections the regular one carries the health PINGs and
-// the pod's lone lock calls, the pipeline the server-info reads (a
+// two command connections the regular one carries the health PINGs, the
+// member-list checks and the pod's lone lock calls (a lone scripted call
+// goes as a plain command on it), the pipeline the server-info reads (a
 // pipeline of four commands) and what few batches a pod makes. A
 // connection keeps its query buffer for busyWithin after each command, so
 // one used r times a second is busy about r·busyWithin of the time (all of
@@ -224,7 +244,7 @@ func (in Inputs) connMemory(f Fleet) float64 {
 		return in.IdleConnBytes + busy*(in.BusyConnBytes-in.IdleConnBytes)
 	}
 	share := f.infoShare()
-	mem := byUse((1-share)/f.HealthInterval+f.lockRequestsPerMaster()) + (in.ConnsPerSidecar-1)*byUse(share/f.HealthInterval)
+	mem := byUse((1-share)/f.HealthInterval+1/memberCheckEvery+f.lockRequestsPerMaster()) + (in.ConnsPerSidecar-1)*byUse(share/f.HealthInterval)
 	if f.Waits {
 		mem += (in.ConnsAfterWait - in.ConnsPerSidecar) * in.IdleConnBytes
 	}
@@ -245,7 +265,8 @@ func (in Inputs) PerPod(f Fleet) Pod {
 	renewCalls := float64(f.Groups) * f.renewCallsPerGroup()
 	cpu := f.Cycles*(acquire+release) +
 		renewCalls*in.SidecarRenewCall + f.Held*renewalsPerSecond(f.KeyTTL)*in.SidecarRenewKey +
-		masters*f.mix(in.SidecarHealthRound, in.SidecarPingRound)/f.HealthInterval + in.SidecarTick
+		masters*f.mix(in.SidecarHealthRound, in.SidecarPingRound)/f.HealthInterval +
+		masters*in.SidecarMemberCheck/memberCheckEvery + in.SidecarTick
 	return Pod{CPU: cpu, Conns: masters * in.connsPerPod(f)}
 }
 
@@ -340,8 +361,8 @@ const maxPods = 1e9
 
 // GroupsNeeded is the fewest groups whose masters stay within the CPU
 // budget for f (f.Groups is ignored), or 0 when no number of groups can:
-// the health rounds alone, which every master gets from every pod, use up
-// the budget. Connections do not fall with more groups (every sidecar
+// the health rounds and member-list checks alone, which every master gets
+// from every pod, use up the budget. Connections do not fall with more groups (every sidecar
 // connects to every master); see MaxPods and the walls in docs/scale.md.
 func (in Inputs) GroupsNeeded(f Fleet, w Walls) int {
 	for k := 1; k <= maxGroups; k++ {

@@ -26,6 +26,7 @@ var fixedInputs = Inputs{
 	SidecarAcquire3: 300, SidecarRelease3: 200, SidecarAcquire5: 500, SidecarRelease5: 300,
 	SidecarRenewCall: 40, SidecarRenewKey: 5, SidecarHealthRound: 100, SidecarTick: 200,
 	RedisPingRound: 10, RedisPingRoundLone: 10, OutPerPingRound: 10, SidecarPingRound: 20,
+	RedisMemberCheck: 30, RedisMemberCheckLone: 30, OutPerMemberCheck: 100, SidecarMemberCheck: 50,
 }
 
 var fixedFleet = Fleet{Pods: 100, Masters: 3, Groups: 2, Cycles: 4, Held: 2, RenewBatch: 2, Names: 8, KeyTTL: 10, HealthInterval: 1}
@@ -46,12 +47,18 @@ func TestPerMasterMultipliesOutTheFleet(t *testing.T) {
 	near(t, "renewal CPU", m.CPURenewals, 300+60)
 	// Every pod checks every master: 100 × 50 µs per 1 s round.
 	near(t, "health CPU", m.CPUHealth, 5000)
-	near(t, "CPU", m.CPU, 1000+20000+360+5000)
+	// Every pod records its member list on every master every 10 s: 10
+	// checks/s × 30 µs.
+	near(t, "member-list CPU", m.CPUMembers, 300)
+	near(t, "CPU", m.CPU, 1000+20000+360+5000+300)
 	near(t, "connections", m.Conns, 200)
 	// The scripts, 2 busy connections per pod, 100 held keys, 100 × 8 / 2
 	// fence counters.
 	near(t, "memory", m.Memory, 150000+100*2*20000+100*300+400*200)
-	near(t, "output", m.OutBytes, 200*100+100*2000)
+	near(t, "output", m.OutBytes, 200*100+100*2000+10*100)
+	// 3 per cycle, 1 renewal call per pod per 3.3 s, 1 per health round,
+	// 1 per member-list check.
+	near(t, "requests", m.Requests, 600+30+100+10)
 }
 
 func TestWakeUpsCostMoreOnAQuietMaster(t *testing.T) {
@@ -73,7 +80,7 @@ func TestWakeUpsCostMoreOnAQuietMaster(t *testing.T) {
 	f := fixedFleet
 	f.Held = 0
 	m := in.PerMaster(f)
-	a := (200*100 + 100*50.0) / 1e6 // cycles and health rounds, warm
+	a := (200*100 + 100*50.0 + 10*30) / 1e6 // cycles, health rounds and member-list checks, warm
 	b := 200 * 200.0 / 1e6
 	near(t, "ops CPU", m.CPUOps, 200*(100+(1-(a+b)/(1+b))*200))
 }
@@ -94,10 +101,11 @@ func TestASlowHealthIntervalLeavesItsConnectionIdle(t *testing.T) {
 	// The lock connection still carries 3 × 4/2 + 0.3 requests/s: busy;
 	// the health connection, one round per 10 s, is busy 2 s in 10.
 	near(t, "memory", m.Memory, 150000+100*(2000+0.2*18000+20000)+100*300+400*200)
-	// 0.1 cycles/s over 2 groups and one renewal call per 3.3 s: 0.45
-	// requests/s, busy 90 % of the time.
-	f.Cycles = 0.1
-	near(t, "memory, rare locking", fixedInputs.PerMaster(f).Memory, 150000+100*(2000+0.2*18000+2000+0.9*18000)+100*300+400*200)
+	// 0.05 cycles/s over 2 groups (0.075 requests/s), one renewal call
+	// per 3.3 s and one member-list check per 10 s: 0.475 requests/s,
+	// busy 95 % of the time.
+	f.Cycles = 0.05
+	near(t, "memory, rare locking", fixedInputs.PerMaster(f).Memory, 150000+100*(2000+0.2*18000+2000+0.95*18000)+100*300+400*200)
 }
 
 func TestBatchedRenewalsShareACall(t *testing.T) {
@@ -115,15 +123,16 @@ func TestPerPodCountsEveryMasterOfEveryGroup(t *testing.T) {
 	ops := 4 * (400.0 + 250)
 	renewals := 2*0.3*40 + 2*0.3*5.0
 	health := 8 * 100.0 // 2 groups × 4 masters, one round per second
-	near(t, "pod CPU", p.CPU, ops+renewals+health+200)
+	members := 8 * 50.0 / 10
+	near(t, "pod CPU", p.CPU, ops+renewals+health+members+200)
 	near(t, "pod connections", p.Conns, 16)
 }
 
 func TestMaxPodsStopsAtTheFirstWall(t *testing.T) {
 	f := Fleet{Masters: 3, Groups: 1, Cycles: 10, KeyTTL: 10, HealthInterval: 1, RenewBatch: 1}
-	// Per pod per master: 10 × 100 + 50 = 1050 µs/s; budget 0.5 core.
+	// Per pod per master: 10 × 100 + 50 + 30/10 = 1053 µs/s; budget 0.5 core.
 	c := fixedInputs.MaxPods(f, Walls{CPUBudget: 0.5, MaxClients: 10000})
-	near(t, "cpu wall", c.CPUPods, math.Floor((500000-1000)/1050.0))
+	near(t, "cpu wall", c.CPUPods, math.Floor((500000-1000)/1053.0))
 	near(t, "connection wall", c.ConnsPods, 5000)
 	if c.Binding != "cpu" || c.Pods != c.CPUPods {
 		t.Errorf("binding %q at %v pods, want the cpu wall", c.Binding, c.Pods)
@@ -138,14 +147,28 @@ func TestMaxPodsStopsAtTheFirstWall(t *testing.T) {
 func TestGroupsNeededIsTheFewestThatFit(t *testing.T) {
 	f := Fleet{Pods: 1000, Masters: 3, Cycles: 10, KeyTTL: 10, HealthInterval: 1, RenewBatch: 1}
 	w := Walls{CPUBudget: 0.5}
-	// 1000 × 10 × 100 µs / K + 1000 × 50 + 1000 ≤ 500 000 → K ≥ 2.22.
+	// 1000 × 10 × 100 µs / K + 1000 × 50 + 100 × 30 + 1000 ≤ 500 000
+	// → K ≥ 2.24.
 	if k := fixedInputs.GroupsNeeded(f, w); k != 3 {
 		t.Errorf("groups = %d, want 3", k)
 	}
-	// Health alone: 10 000 pods × 50 µs/s = 0.5 s/s, over the budget.
+	// Health and member lists alone: 10 000 pods × 50 µs/s + 1000 × 30
+	// µs/s = 0.53 s/s, over the budget.
 	f.Pods = 10000
 	if k := fixedInputs.GroupsNeeded(f, w); k != 0 {
-		t.Errorf("groups = %d, want 0 (health rounds alone exceed the budget)", k)
+		t.Errorf("groups = %d, want 0 (health rounds and member-list checks alone exceed the budget)", k)
+	}
+	// Member-list checks alone decide it when health rounds are cheap
+	// enough: 10 000 × 50/2 + 1000 × 30 + 1000 = 281 000 fits, 10 000 ×
+	// 50/2 + 1000 × 250 + 1000 does not.
+	f.HealthInterval, f.Cycles = 2, 0
+	if k := fixedInputs.GroupsNeeded(f, w); k != 1 {
+		t.Errorf("groups = %d, want 1", k)
+	}
+	in := fixedInputs
+	in.RedisMemberCheck, in.RedisMemberCheckLone = 250, 250
+	if k := in.GroupsNeeded(f, w); k != 0 {
+		t.Errorf("groups = %d, want 0 (member-list checks push the background past the budget)", k)
 	}
 }
 
@@ -172,6 +195,9 @@ BenchmarkCostModel/ops/path=http/masters=3-2   	 100	 1 ns/op	 300 sidecar-cpu-�
 BenchmarkCostModel/ops/path=http/masters=5-2   	 100	 1 ns/op	 500 sidecar-cpu-µs/acquire	 300 sidecar-cpu-µs/release
 BenchmarkCostModel/renewal/batch=1-2   	 100	 1 ns/op	 12 redis-cpu-µs/renewal-call	 42 sidecar-cpu-µs/renewal-call
 BenchmarkCostModel/renewal/batch=100-2   	 100	 1 ns/op	 210 redis-cpu-µs/renewal-call	 537 sidecar-cpu-µs/renewal-call
+BenchmarkCostModel/member-check/callers=1-2   	 100	 1 ns/op	 45 redis-cpu-µs/member-check	 68 redis-out-bytes/member-check	 7 redis-commands/member-check	 1 redis-round-trips/member-check	 50 sidecar-cpu-µs/member-check
+BenchmarkCostModel/member-check/callers=16-2   	 100	 1 ns/op	 20 redis-cpu-µs/member-check	 70 redis-out-bytes/member-check	 7 redis-commands/member-check	 1 redis-round-trips/member-check	 25 sidecar-cpu-µs/member-check
+BenchmarkCostModel/member-check/paced-2   	 3	 1 ns/op	 110 redis-cpu-µs/member-check	 80 redis-out-bytes/member-check	 7 redis-commands/member-check	 1 redis-round-trips/member-check	 160 sidecar-cpu-µs/member-check
 BenchmarkCostModel/background/sidecars=50/health=none-2   	 1	 1 ns/op	 2000 redis-idle-cpu-µs/s	 200 sidecar-tick-cpu-µs/s
 BenchmarkCostModel/background/sidecars=50/health=1s/rounds=info-2   	 1	 1 ns/op	 110 redis-cpu-µs/health-round	 1 health-rounds/s/sidecar	 500 sidecar-cpu-µs/s	 1000000 sidecar-heap-bytes/sidecar	 150000 sidecar-rss-bytes/sidecar
 BenchmarkCostModel/background/sidecars=50/health=1s/rounds=ping-2   	 1	 1 ns/op	 30 redis-cpu-µs/health-round	 1 health-rounds/s/sidecar	 260 sidecar-cpu-µs/s	 1000000 sidecar-heap-bytes/sidecar	 150000 sidecar-rss-bytes/sidecar
@@ -245,6 +271,13 @@ func TestInputsFromBenchmarkOutput(t *testing.T) {
 	near(t, "ping round, lone", in.RedisPingRoundLone, 30)
 	near(t, "ping round output", in.OutPerPingRound, 7)
 	near(t, "sidecar ping round", in.SidecarPingRound, 20) // (260 − 200) / 3 masters
+	near(t, "member check, warm", in.RedisMemberCheck, 20)
+	near(t, "member check, lone", in.RedisMemberCheckLone, 45)
+	near(t, "member check after 5 ms idle", in.RedisMemberCheckIdle, 110)
+	near(t, "member check output (lone caller's)", in.OutPerMemberCheck, 68)
+	near(t, "member check commands", in.CommandsPerMemberCheck, 7)
+	near(t, "member check round trips", in.RoundTripsPerMemberCheck, 1)
+	near(t, "sidecar member check (paced)", in.SidecarMemberCheck, 160)
 	near(t, "busy connection", in.BusyConnBytes, 20500)
 	near(t, "pod RSS per lock", in.PodRSSPerLock, 20*(1<<20)/10000.0)
 }
@@ -339,11 +372,13 @@ func TestMoreGroupsHalveLockLoadButNotHealthOrConnections(t *testing.T) {
 	near(t, "ops CPU K=2 / K=1", m2.CPUOps/m1.CPUOps, 0.5)
 	near(t, "lock requests K=2 / K=1", (m2.LockReqs-100*0.3)/(m1.LockReqs-100*0.3), 0.5)
 	near(t, "health CPU", m2.CPUHealth, m1.CPUHealth)
-	near(t, "health requests", m2.Requests-m2.LockReqs, m1.Requests-m1.LockReqs)
+	near(t, "member-list CPU", m2.CPUMembers, m1.CPUMembers)
+	near(t, "health and member-list requests", m2.Requests-m2.LockReqs, m1.Requests-m1.LockReqs)
 	near(t, "connections", m2.Conns, m1.Conns)
 	// 3 requests per cycle (200 cycles/s at K=2), 1 renewal call per pod
-	// per 3.3 s, 1 health round per pod per second.
-	near(t, "requests", m2.Requests, 600+30+100)
+	// per 3.3 s, 1 health round per pod per second, 1 member-list check
+	// per pod per 10 s.
+	near(t, "requests", m2.Requests, 600+30+100+10)
 }
 
 func TestSimRunsReadGroupedFleets(t *testing.T) {
@@ -378,9 +413,9 @@ func TestPingRoundsBetweenInfoReadsCutTheHealthCost(t *testing.T) {
 	f.InfoMaxAge = 10
 	mixed := fixedInputs.PerMaster(f)
 	near(t, "health CPU, info every 10th round", mixed.CPUHealth, 1000*(0.1*50+0.9*10))
-	near(t, "output", mixed.OutBytes, 1000*(0.1*2000+0.9*10))
+	near(t, "output", mixed.OutBytes, 1000*(0.1*2000+0.9*10)+100*100)
 	near(t, "requests (one per round either way)", mixed.Requests, every.Requests)
-	near(t, "sidecar CPU", fixedInputs.PerPod(f).CPU, 3*(0.1*100+0.9*20)+200)
+	near(t, "sidecar CPU", fixedInputs.PerPod(f).CPU, 3*(0.1*100+0.9*20)+3*50/10.0+200)
 	// Pings keep the regular connection busy; the pipeline, with a
 	// server-info read every 10 s, is busy 2 s in 10.
 	near(t, "connection memory", fixedInputs.connMemory(f), 20000+2000+0.2*18000)
@@ -388,4 +423,25 @@ func TestPingRoundsBetweenInfoReadsCutTheHealthCost(t *testing.T) {
 		f := Fleet{HealthInterval: c.interval, InfoMaxAge: c.maxAge}
 		near(t, fmt.Sprintf("info share at %gs / max age %gs", c.interval, c.maxAge), f.infoShare(), c.share)
 	}
+}
+
+// Every sidecar records its member list on every master of every group
+// every 10 s, whatever the health interval and the number of groups: one
+// request per pod per 10 s on each master, and a pod checks all K·M
+// masters.
+func TestMemberListChecksComeFromEveryPodToEveryMaster(t *testing.T) {
+	in := fixedInputs
+	in.RedisMemberCheckLone = 90 // 60 µs more when a check wakes the master
+	f := Fleet{Pods: 1000, Masters: 3, Groups: 1, KeyTTL: 10, HealthInterval: 1, RenewBatch: 1}
+	m := in.PerMaster(f)
+	a := (1000*50 + 100*30.0) / 1e6
+	b := 100 * 60.0 / 1e6
+	near(t, "member-list CPU", m.CPUMembers, 100*(30+(1-(a+b)/(1+b))*60))
+	near(t, "requests", m.Requests, 1000+100)
+	near(t, "output", m.OutBytes, 1000*2000+100*100)
+	f.HealthInterval, f.Groups = 10, 4
+	m4 := in.PerMaster(f)
+	near(t, "requests at 10 s health over 4 groups", m4.Requests, 100+100)
+	near(t, "output at 10 s health over 4 groups", m4.OutBytes, 100*2000+100*100)
+	near(t, "sidecar CPU over 4 groups", in.PerPod(f).CPU, 12*100/10.0+12*50/10.0+200)
 }

@@ -105,7 +105,10 @@ func writeGroupCheck(w io.Writer, in Inputs, runs []SimRun) {
 	ratios := []ratio{
 		{"Redis CPU per master, less the idle master's", func(m Master) float64 { return m.CPU - in.RedisIdle }, func(r SimRun) float64 { return r.RedisCPU - in.RedisIdle }},
 		{"Redis requests per master", func(m Master) float64 { return m.Requests }, func(r SimRun) float64 { return r.RoundTrips }},
-		{"… of which lock operations and renewals (measured: requests less one per sidecar per health interval)", func(m Master) float64 { return m.LockReqs }, func(r SimRun) float64 { return r.RoundTrips - r.Sidecars/r.HealthInterval }},
+		{fmt.Sprintf("… of which lock operations and renewals (measured: requests less one per sidecar per health interval and one per sidecar per %g s member-list check)", memberCheckEvery),
+			func(m Master) float64 { return m.LockReqs }, func(r SimRun) float64 {
+				return r.RoundTrips - r.Sidecars/r.HealthInterval - r.Sidecars/memberCheckEvery
+			}},
 		{"connections per master", func(m Master) float64 { return m.Conns }, func(r SimRun) float64 { return r.Clients }},
 		{"Redis memory per master", func(m Master) float64 { return m.Memory }, func(r SimRun) float64 { return r.RedisMemory }},
 		{"Redis output per master", func(m Master) float64 { return m.OutBytes }, func(r SimRun) float64 { return r.RedisOut }},
@@ -151,16 +154,21 @@ func writeInputs(w io.Writer, in Inputs) {
 		{"Redis CPU per renewal: per ExtendMany call + per key", fmt.Sprintf("%s + %s µs", num(in.RedisRenewCall), num(in.RedisRenewKey))},
 		{"Redis CPU per health round that reads the server info (one pipeline: 2 INFO, 2 CONFIG GET), per master: at 1000 rounds/s (warm) / 50 rounds/s (lone)", fmt.Sprintf("%s / %s µs", num(in.RedisBackground), num(in.RedisBackgroundLone))},
 		{"the same for a round that only pings", fmt.Sprintf("%s / %s µs", num(in.RedisPingRound), num(in.RedisPingRoundLone))},
+		{fmt.Sprintf("Redis CPU per member-list check (every %g s from every sidecar; one script), per master: 16 callers at once (warm) / one lone caller", memberCheckEvery),
+			fmt.Sprintf("%s / %s µs", num(in.RedisMemberCheck), num(in.RedisMemberCheckLone))},
+		{"the same, each check after 5 ms idle (not used)", fmt.Sprintf("%s µs", num(in.RedisMemberCheckIdle))},
+		{"commands / round trips per member-list check, per master", fmt.Sprintf("%s / %s", num(in.CommandsPerMemberCheck), num(in.RoundTripsPerMemberCheck))},
 		{"Redis CPU of a master with no clients", fmt.Sprintf("%s µs/s", num(in.RedisIdle))},
-		{"Redis output per cycle / per server-info round / per ping round, per master", fmt.Sprintf("%s / %s / %s bytes", num(in.OutPerCycle), num(in.OutPerHealthRound), num(in.OutPerPingRound))},
+		{"Redis output per cycle / per server-info round / per ping round / per member-list check, per master", fmt.Sprintf("%s / %s / %s / %s bytes", num(in.OutPerCycle), num(in.OutPerHealthRound), num(in.OutPerPingRound), num(in.OutPerMemberCheck))},
 		{"connections per sidecar per master (after a wait)", fmt.Sprintf("%s (%s)", num(in.ConnsPerSidecar), num(in.ConnsAfterWait))},
 		{"Redis memory per busy / idle connection", fmt.Sprintf("%s / %s KB", num(in.BusyConnBytes/1024), num(in.IdleConnBytes/1024))},
 		{"Redis memory per held lock / per released name's fence counter", fmt.Sprintf("%s / %s bytes", num(in.LockBytes), num(in.FenceBytes))},
-		{"Redis memory of the lock scripts and their Lua state, per master", fmt.Sprintf("%s KB", num(in.ScriptsBytes/1024))},
+		{"Redis memory of the scripts (lock and member-list) and their Lua state, per master", fmt.Sprintf("%s KB", num(in.ScriptsBytes/1024))},
 		{"sidecar CPU per acquire / release via HTTP, one every 5 ms (a pod's pace), 3 masters", fmt.Sprintf("%s / %s µs", num(in.SidecarAcquire3), num(in.SidecarRelease3))},
 		{"the same with 5 masters", fmt.Sprintf("%s / %s µs", num(in.SidecarAcquire5), num(in.SidecarRelease5))},
 		{"sidecar CPU per renewal: per call + per key", fmt.Sprintf("%s + %s µs", num(in.SidecarRenewCall), num(in.SidecarRenewKey))},
 		{"sidecar CPU per health round, per master: server-info round / ping round", fmt.Sprintf("%s / %s µs", num(in.SidecarHealthRound), num(in.SidecarPingRound))},
+		{"sidecar CPU per member-list check, per master, one every 5 ms", fmt.Sprintf("%s µs", num(in.SidecarMemberCheck))},
 		{"sidecar CPU of the idle renewer tick", fmt.Sprintf("%s µs/s", num(in.SidecarTick))},
 		{"in-process sidecar heap / RSS; heap per held lock", fmt.Sprintf("%s / %s KB; %s bytes", num(in.SidecarHeap/1024), num(in.SidecarRSS/1024), num(in.SidecarHeapPerLock))},
 	}
@@ -192,22 +200,22 @@ var capacityRates = []float64{1, 10, 100}
 
 // writeCapacity answers "how large a fleet does one group serve".
 func writeCapacity(w io.Writer, in Inputs, s Settings) {
-	fmt.Fprintf(w, "| masters per group | cycles per pod per s | CPU wall | connection wall | largest fleet | master CPU there (ops + health) | master memory there |\n")
+	fmt.Fprintf(w, "| masters per group | cycles per pod per s | CPU wall | connection wall | largest fleet | master CPU there (ops + health + member lists) | master memory there |\n")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|")
 	for _, masters := range []int{3, 5} {
 		for _, rate := range capacityRates {
 			c := in.MaxPods(fleetAt(masters, 1, rate, s), s.Walls)
 			m := c.AtCapacity
-			fmt.Fprintf(w, "| %d | %g | %s pods | %s pods | **%s pods** (%s) | %.0f %% (%.0f + %.0f) | %s MB |\n",
+			fmt.Fprintf(w, "| %d | %g | %s pods | %s pods | **%s pods** (%s) | %.0f %% (%.0f + %.0f + %.1f) | %s MB |\n",
 				masters, rate, count(c.CPUPods), count(c.ConnsPods), count(c.Pods), c.Binding,
-				m.CPU/1e4, m.CPUOps/1e4, m.CPUHealth/1e4, num(m.Memory/(1<<20)))
+				m.CPU/1e4, m.CPUOps/1e4, m.CPUHealth/1e4, m.CPUMembers/1e4, num(m.Memory/(1<<20)))
 		}
 	}
 }
 
 // writeGroups answers "how many groups for pods at cycles each".
 func writeGroups(w io.Writer, in Inputs, pods, cycles float64, settings []Settings) {
-	fmt.Fprintln(w, "| settings | masters per group | groups | master CPU (ops + health) | connections per master | master memory | master output | sidecar CPU | sidecar connections |")
+	fmt.Fprintln(w, "| settings | masters per group | groups | master CPU (ops + health + member lists) | connections per master | master memory | master output | sidecar CPU | sidecar connections |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range settings {
 		for _, masters := range []int{3, 5} {
@@ -217,14 +225,14 @@ func writeGroups(w io.Writer, in Inputs, pods, cycles float64, settings []Settin
 			if k == 0 {
 				idle := f
 				idle.Cycles = 0
-				fmt.Fprintf(w, "| %s | %d | **none suffices**: health rounds alone take %.0f %% of a core per master | | | | | | |\n",
+				fmt.Fprintf(w, "| %s | %d | **none suffices**: health rounds and member-list checks alone take %.0f %% of a core per master | | | | | | |\n",
 					s.Name, masters, in.PerMaster(idle).CPU/1e4)
 				continue
 			}
 			f.Groups = k
 			m, p := in.PerMaster(f), in.PerPod(f)
-			fmt.Fprintf(w, "| %s | %d | **%d** (%d masters) | %.0f %% (%.0f + %.0f) | %s%s | %s MB | %s MB/s | %s µs/s | %s |\n",
-				s.Name, masters, k, k*masters, m.CPU/1e4, m.CPUOps/1e4, m.CPUHealth/1e4,
+			fmt.Fprintf(w, "| %s | %d | **%d** (%d masters) | %.0f %% (%.0f + %.0f + %.1f) | %s%s | %s MB | %s MB/s | %s µs/s | %s |\n",
+				s.Name, masters, k, k*masters, m.CPU/1e4, m.CPUOps/1e4, m.CPUHealth/1e4, m.CPUMembers/1e4,
 				count(m.Conns), overLimit(m.Conns, s.Walls.MaxClients), num(m.Memory/(1<<20)), num(m.OutBytes/(1<<20)), num(p.CPU), count(p.Conns))
 		}
 	}
@@ -241,16 +249,17 @@ func overLimit(conns, maxClients float64) string {
 // SIDELOCK_HEALTH_INFO_MAX_AGE pairs compared (seconds; 0: every round).
 var healthSettings = [][2]float64{{1, 0}, {1, 10}, {1, 60}, {5, 0}, {5, 60}, {10, 0}, {10, 60}, {30, 0}}
 
-// writeHealthCost shows what health rounds alone cost a master per 1000
-// pods (every pod of every group checks every master).
+// writeHealthCost shows what a fleet that does not lock costs a master per
+// 1000 pods: health rounds and member-list checks (every pod of every
+// group checks every master).
 func writeHealthCost(w io.Writer, in Inputs) {
-	fmt.Fprintln(w, "| health interval | server info read | master CPU per 1000 pods | master output per 1000 pods | connection memory per 1000 pods that seldom lock | pods until health alone takes 50 % of a core |")
+	fmt.Fprintln(w, "| health interval | server info read | master CPU per 1000 pods (of which member-list checks) | master output per 1000 pods | connection memory per 1000 pods that seldom lock | pods until these alone take 50 % of a core |")
 	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|")
 	for _, hs := range healthSettings {
 		f := Fleet{Pods: 1000, Masters: 3, Groups: 1, KeyTTL: 10, HealthInterval: hs[0], InfoMaxAge: hs[1], RenewBatch: 1}
 		m := in.PerMaster(f)
 		wall := in.largestWithinCPU(f, 0.5)
-		fmt.Fprintf(w, "| %g s | %s | %.1f %% | %s KB/s | %s MB | %s |\n", hs[0], infoReads(f), (m.CPU-in.RedisIdle)/1e4,
+		fmt.Fprintf(w, "| %g s | %s | %.1f %% (%.2f) | %s KB/s | %s MB | %s |\n", hs[0], infoReads(f), (m.CPU-in.RedisIdle)/1e4, m.CPUMembers/1e4,
 			num(m.OutBytes/1024), num((m.Memory-in.ScriptsBytes)/(1<<20)), count(wall))
 	}
 }
@@ -270,6 +279,9 @@ func writeSideCosts(w io.Writer, in Inputs) {
 	cycle := in.RedisAcquire + in.RedisRelease
 	fmt.Fprintf(w, "- A held lock renewed on its own (key ttl 10 s) costs each master of its group %s µs/s: as much as %s cycles/s. Renewed in a batch with others, %s µs/s per extra lock.\n",
 		num(perHeld), num(perHeld/cycle), num(renewalsPerSecond(10)*in.RedisRenewKey))
+	perPods := 1000 / memberCheckEvery
+	fmt.Fprintf(w, "- Member-list checks (one script per master of every group from every sidecar every %g s, whatever the settings) bring each master %s requests/s per 1000 pods: %s–%s µs/s of CPU (warm–lone) and %s KB/s of output. A pod spends %s µs/s on them per master.\n",
+		memberCheckEvery, num(perPods), num(perPods*in.RedisMemberCheck), num(perPods*in.RedisMemberCheckLone), num(perPods*in.OutPerMemberCheck/1024), num(in.SidecarMemberCheck/memberCheckEvery))
 	fmt.Fprintf(w, "- Every lock name released in the last hour keeps a fence counter of %s bytes on each master of its group: a fleet that takes a new name for every cycle at 10 cycles/s per pod leaves %s MB per master per 1000 pods (÷ groups).\n",
 		num(in.FenceBytes), num(1000*10*3600*in.FenceBytes/(1<<20)))
 }

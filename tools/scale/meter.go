@@ -71,25 +71,19 @@ func (m *Master) Wakeups() (int64, error) {
 }
 
 // RoundTrips is how many requests clients made of the master, from INFO
-// commandstats: every command but those the lock scripts run inside Redis
-// (which the server counts too), with a health round's four pipelined
-// commands (two INFOs, two CONFIG GETs, which nothing else sends but the
-// meter's own INFOs) counted once.
+// commandstats: every command but those sidelock's scripts run inside
+// Redis (which the server counts too), with a health round's four
+// pipelined commands (two INFOs, two CONFIG GETs, which nothing else sends
+// but the meter's own INFOs) counted once.
 func (m *Master) RoundTrips(ctx context.Context) (int64, error) {
-	fields, err := m.Info(ctx, "commandstats")
+	calls, err := m.commandCalls(ctx)
 	if err != nil {
 		return 0, err
 	}
 	var total int64
-	for k, v := range fields {
-		name, ok := strings.CutPrefix(k, "cmdstat_")
-		if !ok || scriptCommands[name] || name == "info" {
+	for name, n := range calls {
+		if scriptCommands[name] {
 			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
-		n, err := strconv.ParseInt(calls, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("INFO commandstats %s=%q: %w", k, v, err)
 		}
 		if name == "config|get" {
 			n /= 2 // two per health round
@@ -99,8 +93,50 @@ func (m *Master) RoundTrips(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// scriptCommands are the commands sidelock's Lua scripts call.
-var scriptCommands = map[string]bool{"set": true, "get": true, "pexpire": true, "pttl": true, "del": true, "publish": true, "time": true}
+// Commands is how many commands the master ran for clients, those the
+// scripts run inside Redis included, the meter's own INFOs left out.
+func (m *Master) Commands(ctx context.Context) (int64, error) {
+	calls, err := m.commandCalls(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, n := range calls {
+		total += n
+	}
+	return total, nil
+}
+
+// commandCalls is INFO commandstats' calls by command, INFO left out.
+func (m *Master) commandCalls(ctx context.Context) (map[string]int64, error) {
+	fields, err := m.Info(ctx, "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(fields))
+	for k, v := range fields {
+		name, ok := strings.CutPrefix(k, "cmdstat_")
+		if !ok || name == "info" {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("INFO commandstats %s=%q: %w", k, v, err)
+		}
+		out[name] = n
+	}
+	return out, nil
+}
+
+// scriptCommands are the commands sidelock's Lua scripts call
+// (pkg/redlock/redisnode/*.lua: the lock scripts and the member-list
+// script); no client sends them itself. TestScriptCommandsAreThoseTheScriptsCall
+// keeps the list in step with the scripts.
+var scriptCommands = map[string]bool{
+	"set": true, "get": true, "pexpire": true, "pttl": true, "del": true, "publish": true, "time": true,
+	"zremrangebyscore": true, "zadd": true, "zrange": true, "pexpireat": true,
+}
 
 // ProcessTreeCPU is the CPU time of every thread of process pid.
 func ProcessTreeCPU(pid int) (time.Duration, error) {
@@ -154,6 +190,10 @@ func (m *Master) Info(ctx context.Context, section string) (map[string]string, e
 	if err != nil {
 		return nil, err
 	}
+	return infoFields(text), nil
+}
+
+func infoFields(text string) map[string]string {
 	fields := make(map[string]string)
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
@@ -162,7 +202,7 @@ func (m *Master) Info(ctx context.Context, section string) (map[string]string, e
 			fields[k] = v
 		}
 	}
-	return fields, nil
+	return fields
 }
 
 // InfoInt is one integer field of an INFO section.
@@ -183,9 +223,36 @@ func (m *Master) UsedMemory(ctx context.Context) (int64, error) {
 	return m.InfoInt(ctx, "memory", "used_memory")
 }
 
-// OutputBytes is INFO stats' total_net_output_bytes.
+// OutputBytes is INFO stats' total_net_output_bytes: what the master has
+// sent, up to but not including the reply that carries the count.
 func (m *Master) OutputBytes(ctx context.Context) (int64, error) {
-	return m.InfoInt(ctx, "stats", "total_net_output_bytes")
+	n, _, err := m.output(ctx)
+	return n, err
+}
+
+// OutputMark is OutputBytes with that reading's own reply added: the count
+// once the reply has gone out. What the master sent others in a window is
+// OutputBytes at its end less OutputMark at its start, provided the meter
+// sends it nothing else in between: read the mark last at the start and
+// OutputBytes first at the end.
+func (m *Master) OutputMark(ctx context.Context) (int64, error) {
+	n, reply, err := m.output(ctx)
+	return n + reply, err
+}
+
+// output is total_net_output_bytes and the length of the reply carrying
+// it: a RESP2 bulk string ($<len>\r\n<text>\r\n; the meter speaks RESP2).
+func (m *Master) output(ctx context.Context) (count, reply int64, err error) {
+	text, err := m.client.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	v := infoFields(text)["total_net_output_bytes"]
+	count, err = strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("INFO stats total_net_output_bytes=%q: %w", v, err)
+	}
+	return count, int64(len(text) + len(strconv.Itoa(len(text))) + 5), nil
 }
 
 // CommandCalls is how many times the master ran a command (INFO
