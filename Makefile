@@ -13,7 +13,7 @@ GOLANGCI := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(G
 # the product's go.mod; its targets run inside it, with paths relative to it. TOOLS_UNIT are its
 # quick unit tests (test-unit); its benchmarks run in bench-smoke, bench and scale-sim.
 TOOLS := tools
-TOOLS_UNIT := ./scale-model ./report ./scale
+TOOLS_UNIT := ./scale-model ./report ./scale ./benchread
 
 .PHONY: help docs-config run test test-unit test-load bench-smoke fuzz-smoke sim chaos chaos-ci soak abuse vulncheck build check-fmt vet lint bench scale-sim fuzz cover image e2e helm-lint k8s-validate test-deploy redis-server clean
 

@@ -10,57 +10,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
-	"golang.org/x/perf/benchfmt"
-	"golang.org/x/perf/benchmath"
+	"github.com/sidelock/sidelock/tools/benchread"
 )
 
-// results are every value of each benchmark and unit, keyed "name|unit":
-// the name without "Benchmark" and the -GOMAXPROCS suffix, the unit as
-// the benchmark wrote it.
-type results map[string][]float64
-
-// read takes `go test -bench` output with benchfmt; lines it cannot read
-// are reported to warn and skipped.
-func read(r io.Reader, fileName string, warn io.Writer) (results, error) {
-	res := results{}
-	br := benchfmt.NewReader(r, fileName)
-	for br.Scan() {
-		switch rec := br.Result().(type) {
-		case *benchfmt.SyntaxError:
-			fmt.Fprintf(warn, "report: skipping %v\n", rec)
-		case *benchfmt.Result:
-			base, parts := rec.Name.Parts()
-			if len(parts) > 0 && strings.HasPrefix(string(parts[len(parts)-1]), "-") {
-				parts = parts[:len(parts)-1] // -GOMAXPROCS
-			}
-			name := string(base)
-			for _, p := range parts {
-				name += string(p)
-			}
-			for _, v := range rec.Values {
-				unit, val := v.Unit, v.Value
-				if v.OrigUnit != "" { // as written, not benchfmt's tidied sec/op or B
-					unit, val = v.OrigUnit, v.OrigValue
-				}
-				res[name+"|"+unit] = append(res[name+"|"+unit], val)
-			}
-		}
-	}
-	return res, br.Err()
-}
-
-// median of a benchmark's unit over its runs, as benchstat reports it,
-// and whether it was measured.
-func (r results) median(name, unit string) (float64, bool) {
-	vs := r[name+"|"+unit]
-	if len(vs) == 0 {
-		return 0, false
-	}
-	s := benchmath.NewSample(vs, &benchmath.DefaultThresholds)
-	return benchmath.AssumeNothing.Summary(s, 0.95).Center, true
-}
+// results are the benchmark output the table is computed from.
+type results = benchread.Results
 
 // target is one row: a figure computed from the medians and its bound.
 type target struct {
@@ -73,8 +28,8 @@ type target struct {
 
 func ratio(aName, aUnit, bName, bUnit string) func(results) (float64, string, bool) {
 	return func(r results) (float64, string, bool) {
-		a, okA := r.median(aName, aUnit)
-		b, okB := r.median(bName, bUnit)
+		a, okA := r.Median(aName, aUnit)
+		b, okB := r.Median(bName, bUnit)
 		if !okA || !okB || b == 0 {
 			return 0, "", false
 		}
@@ -84,7 +39,7 @@ func ratio(aName, aUnit, bName, bUnit string) func(results) (float64, string, bo
 
 func figure(name, unit string) func(results) (float64, string, bool) {
 	return func(r results) (float64, string, bool) {
-		v, ok := r.median(name, unit)
+		v, ok := r.Median(name, unit)
 		return v, fmt.Sprintf("%.4g %s", v, unit), ok
 	}
 }
@@ -119,7 +74,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	res, err := read(bytes.NewReader(raw), os.Args[1], os.Stderr)
+	res, err := benchread.Read(bytes.NewReader(raw), os.Args[1], os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/sidelock/sidelock/tools/benchread"
 )
 
 func TestTableFromBenchmarkOutput(t *testing.T) {
@@ -19,7 +21,7 @@ PASS
 ok  	github.com/sidelock/sidelock/tools/bench	10.0s
 `
 	var warn bytes.Buffer
-	r, err := read(strings.NewReader(out), "latest.txt", &warn)
+	r, err := benchread.Read(strings.NewReader(out), "latest.txt", &warn)
 	if err != nil || warn.Len() > 0 {
 		t.Fatalf("read: %v, warnings %q", err, warn.String())
 	}

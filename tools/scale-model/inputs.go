@@ -2,79 +2,16 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"math"
 	"regexp"
 	"sort"
 	"strings"
 
-	"golang.org/x/perf/benchfmt"
-	"golang.org/x/perf/benchmath"
+	"github.com/sidelock/sidelock/tools/benchread"
 )
 
-// results are every value of each benchmark and unit, keyed "name|unit":
-// the name without "Benchmark" and the -GOMAXPROCS suffix, the unit as
-// the benchmark wrote it.
-type results map[string][]float64
-
-// parseResults reads `go test -bench` output with benchfmt; lines it
-// cannot read are reported to warn and skipped.
-func parseResults(r io.Reader, fileName string, warn io.Writer) (results, error) {
-	res := results{}
-	br := benchfmt.NewReader(r, fileName)
-	for br.Scan() {
-		switch rec := br.Result().(type) {
-		case *benchfmt.SyntaxError:
-			fmt.Fprintf(warn, "scale-model: skipping %v\n", rec)
-		case *benchfmt.Result:
-			name := benchName(rec.Name)
-			for _, v := range rec.Values {
-				unit, val := v.Unit, v.Value
-				if v.OrigUnit != "" { // as written, not benchfmt's tidied sec/op or B
-					unit, val = v.OrigUnit, v.OrigValue
-				}
-				res[name+"|"+unit] = append(res[name+"|"+unit], val)
-			}
-		}
-	}
-	return res, br.Err()
-}
-
-// benchName is a result's name without its -GOMAXPROCS suffix.
-func benchName(n benchfmt.Name) string {
-	base, parts := n.Parts()
-	if len(parts) > 0 && strings.HasPrefix(string(parts[len(parts)-1]), "-") {
-		parts = parts[:len(parts)-1]
-	}
-	var b strings.Builder
-	b.Write(base)
-	for _, p := range parts {
-		b.Write(p)
-	}
-	return b.String()
-}
-
-// median of a benchmark's unit over its runs, as benchstat reports it,
-// and whether it was measured.
-func (r results) median(name, unit string) (float64, bool) {
-	vs := r[name+"|"+unit]
-	if len(vs) == 0 {
-		return 0, false
-	}
-	s := benchmath.NewSample(vs, &benchmath.DefaultThresholds)
-	return benchmath.AssumeNothing.Summary(s, 0.95).Center, true
-}
-
-// has reports whether any line of a benchmark (or its sub-benchmarks)
-// was read.
-func (r results) has(prefix string) bool {
-	for k := range r {
-		if strings.HasPrefix(k, prefix) {
-			return true
-		}
-	}
-	return false
-}
+// results are the benchmark output the model reads.
+type results = benchread.Results
 
 // reader takes medians and remembers which were missing.
 type reader struct {
@@ -83,7 +20,7 @@ type reader struct {
 }
 
 func (rd *reader) get(name, unit string) float64 {
-	v, ok := rd.r.median(name, unit)
+	v, ok := rd.r.Median(name, unit)
 	if !ok {
 		rd.missing = append(rd.missing, name+" "+unit)
 	}
@@ -183,8 +120,8 @@ func connBytes(busy, idle, perConn float64) (float64, float64) {
 // addProcessRSS fills in a real sidecar process's memory when
 // BenchmarkSidecarIdleRSS ran (make bench).
 func addProcessRSS(in *Inputs, r results) {
-	idle, ok1 := r.median(sidecarRSS, "idle-RSS-MB")
-	held, ok2 := r.median(sidecarRSS, "10k-held-RSS-MB")
+	idle, ok1 := r.Median(sidecarRSS, "idle-RSS-MB")
+	held, ok2 := r.Median(sidecarRSS, "10k-held-RSS-MB")
 	if ok1 && ok2 {
 		in.PodIdleRSS = idle * (1 << 20)
 		in.PodRSSPerLock = math0(held-idle) * (1 << 20) / 10000
@@ -263,9 +200,9 @@ func simRun(r results, name string) (SimRun, error) {
 		RequestsPerWakeup: g("redis-requests/wakeup"), RoundTrips: g("redis-round-trips/s/master"),
 		Groups: 1,
 	}
-	run.InfoMaxAge, _ = r.median(name, "health-info-max-age-s")
+	run.InfoMaxAge, _ = r.Median(name, "health-info-max-age-s")
 	// Older outputs (one group only) have no group figures.
-	if v, ok := r.median(name, "groups"); ok {
+	if v, ok := r.Median(name, "groups"); ok {
 		run.Groups = v
 		run.GroupCPUMin, run.GroupCPUMax = g("redis-cpu-group-min-µs/s/master"), g("redis-cpu-group-max-µs/s/master")
 		run.GroupRTMin, run.GroupRTMax = g("redis-round-trips-group-min/s/master"), g("redis-round-trips-group-max/s/master")

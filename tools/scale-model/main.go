@@ -21,6 +21,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/sidelock/sidelock/tools/benchread"
 )
 
 func main() {
@@ -84,7 +86,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	simResults, err := parseFile(opt.sim, stderr)
+	simResults, err := benchread.ReadFile(opt.sim, stderr)
 	if err != nil {
 		return err
 	}
@@ -114,12 +116,12 @@ func loadInputs(paths []string, stderr io.Writer) (Inputs, string, error) {
 	all := results{}
 	source := ""
 	for _, p := range paths {
-		r, err := parseFile(p, stderr)
+		r, err := benchread.ReadFile(p, stderr)
 		if err != nil {
 			fmt.Fprintf(stderr, "scale-model: %v\n", err)
 			continue
 		}
-		if source == "" && r.has(costModel) {
+		if source == "" && r.Has(costModel) {
 			source = p
 			for k, v := range r {
 				if strings.HasPrefix(k, costModel) {
@@ -140,14 +142,6 @@ func loadInputs(paths []string, stderr io.Writer) (Inputs, string, error) {
 	}
 	in, err := inputsFrom(all)
 	return in, source, err
-}
-
-func parseFile(path string, warn io.Writer) (results, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return parseResults(bytes.NewReader(data), path, warn)
 }
 
 func writeFile(path string, data []byte) error {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sidelock/sidelock/tools/benchread"
+
 	"golang.org/x/image/font/sfnt"
 	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
@@ -218,42 +220,8 @@ func (w failOnWarning) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func TestParseResultsTakesMediansPerUnitAsWritten(t *testing.T) {
-	out := `goos: linux
-BenchmarkX/a=1-2   	 100	  5000 ns/op	 3.0 p50-µs	 12 idle-RSS-MB
-BenchmarkX/a=1-2   	 100	  7000 ns/op	 1.0 p50-µs	 14 idle-RSS-MB
-BenchmarkX/a=1-2   	 100	  6000 ns/op	 2.0 p50-µs	 13 idle-RSS-MB
-BenchmarkX/a=1-2   	 --- FAIL
-BenchmarkY
-PASS`
-	var warn bytes.Buffer
-	r, err := parseResults(strings.NewReader(out), "out.txt", &warn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, ok := r.median("X/a=1", "p50-µs"); !ok || v != 2 {
-		t.Errorf("median p50 = %v, %v; want 2", v, ok)
-	}
-	if v, _ := r.median("X/a=1", "ns/op"); v != 6000 {
-		t.Errorf("median ns/op = %v, want 6000 (the unit as written, not benchfmt's sec/op)", v)
-	}
-	if v, _ := r.median("X/a=1", "idle-RSS-MB"); v != 13 {
-		t.Errorf("median idle-RSS-MB = %v, want 13", v)
-	}
-	if _, ok := r.median("Y", "ns/op"); ok {
-		t.Error("a benchmark that did not run has a median")
-	}
-	if !strings.Contains(warn.String(), "out.txt:5") {
-		t.Errorf("warnings = %q, want the unreadable line 5 named", warn.String())
-	}
-	r, _ = parseResults(strings.NewReader("BenchmarkX-2 1 1 ns/op\nBenchmarkX-2 1 3 ns/op\n"), "even", failOnWarning{t})
-	if v, _ := r.median("X", "ns/op"); v != 2 {
-		t.Errorf("median of an even count = %v, want 2 (benchstat's)", v)
-	}
-}
-
 func TestInputsFromBenchmarkOutput(t *testing.T) {
-	r, err := parseResults(strings.NewReader(sampleBench), "sample", failOnWarning{t})
+	r, err := benchread.Read(strings.NewReader(sampleBench), "sample", failOnWarning{t})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +251,7 @@ func TestInputsFromBenchmarkOutput(t *testing.T) {
 }
 
 func TestInputsFromNamesWhatIsMissing(t *testing.T) {
-	r, _ := parseResults(strings.NewReader(strings.Split(sampleBench, "BenchmarkCostModel/renewal")[0]), "sample", failOnWarning{t})
+	r, _ := benchread.Read(strings.NewReader(strings.Split(sampleBench, "BenchmarkCostModel/renewal")[0]), "sample", failOnWarning{t})
 	_, err := inputsFrom(r)
 	if err == nil || !strings.Contains(err.Error(), "renewal/batch=1 redis-cpu-µs/renewal-call") {
 		t.Errorf("err = %v, want the missing renewal line named", err)
@@ -385,7 +353,7 @@ func TestSimRunsReadGroupedFleets(t *testing.T) {
 	out := `BenchmarkScaleSim/sidecars=100-2 1 1 ns/op 100 sidecars 2 target-cycles/s/sidecar 2 cycles/s/sidecar 2 held/sidecar 8 names/sidecar 10 key-ttl-s 1 health-interval-s 15 window-s 60 renewals/s 40000 redis-cpu-µs/s/master 41000 redis-cpu-max-µs/s/master 200 clients/master 0 subscribed/master 1 redis-bytes/master 1 redis-out-bytes/s/master 1 sim-cpu-µs/s/sidecar 1 sim-heap-bytes/sidecar 1 sim-rss-bytes/sidecar 1 acquire-p50-µs 1 acquire-p99-µs 1 cycle-p50-µs 1 cycle-p99-µs 0 errors 1 redis-requests/wakeup 700 redis-round-trips/s/master
 BenchmarkScaleSim/groups=2/sidecars=100-2 1 1 ns/op 100 sidecars 2 groups 2 target-cycles/s/sidecar 2 cycles/s/sidecar 2 held/sidecar 8 names/sidecar 10 key-ttl-s 1 health-interval-s 15 window-s 60 renewals/s 25000 redis-cpu-µs/s/master 26000 redis-cpu-max-µs/s/master 24000 redis-cpu-group-min-µs/s/master 26000 redis-cpu-group-max-µs/s/master 200 clients/master 0 subscribed/master 1 redis-bytes/master 1 redis-out-bytes/s/master 1 sim-cpu-µs/s/sidecar 1 sim-heap-bytes/sidecar 1 sim-rss-bytes/sidecar 1 acquire-p50-µs 1 acquire-p99-µs 1 cycle-p50-µs 1 cycle-p99-µs 0 errors 1 redis-requests/wakeup 400 redis-round-trips/s/master 390 redis-round-trips-group-min/s/master 410 redis-round-trips-group-max/s/master
 `
-	r, err := parseResults(strings.NewReader(out), "out", failOnWarning{t})
+	r, err := benchread.Read(strings.NewReader(out), "out", failOnWarning{t})
 	if err != nil {
 		t.Fatal(err)
 	}
