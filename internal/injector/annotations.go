@@ -245,15 +245,11 @@ func withPort(addr string, port int) string {
 	return net.JoinHostPort(host, strconv.Itoa(port))
 }
 
+// setListenPort moves a listener to the annotation's port.
 func setListenPort(s config.Setting) func(o *overrides, v string) error {
 	return func(o *overrides, v string) error {
-		n, err := parsePort(v)
-		if err != nil {
-			return err
-		}
-		addr, _ := o.c.env(s.Env)
-		o.c.setEnv(s.Env, withPort(addr, n))
-		return nil
+		_, err := movePort(o, s, v)
+		return err
 	}
 }
 
@@ -261,15 +257,24 @@ func setListenPort(s config.Setting) func(o *overrides, v string) error {
 // the probes follow, as they name the port.
 func setAdminPort(s config.Setting) func(o *overrides, v string) error {
 	return func(o *overrides, v string) error {
-		n, err := parsePort(v)
+		n, err := movePort(o, s, v)
 		if err != nil {
 			return err
 		}
-		addr, _ := o.c.env(s.Env)
-		o.c.setEnv(s.Env, withPort(addr, n))
 		o.c.adminPort()["containerPort"] = json.Number(strconv.Itoa(n))
 		return nil
 	}
+}
+
+// movePort sets the port of setting s's host:port to v.
+func movePort(o *overrides, s config.Setting, v string) (int, error) {
+	n, err := parsePort(v)
+	if err != nil {
+		return 0, err
+	}
+	addr, _ := o.c.env(s.Env)
+	o.c.setEnv(s.Env, withPort(addr, n))
+	return n, nil
 }
 
 func setReadiness(o *overrides, v string) error {
