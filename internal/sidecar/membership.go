@@ -12,18 +12,18 @@ import (
 )
 
 // Every group's master list is recorded on its masters (package
-// membership), at start-up and then every membershipEvery, so that a
+// membership), at start-up and then every MembershipEvery, so that a
 // rollout that replaces a master of a named group in one step is noticed
 // instead of splitting the group's quorum: a sidecar refuses to start on a
 // list whose majorities need not meet a list other sidecars run, and a
 // running sidecar that finds such a list keeps the group out of service
 // (503, /readyz) until it is gone.
-const membershipEvery = 10 * time.Second
+const MembershipEvery = 10 * time.Second
 
-// membershipTTL is how long a record outlives its last check: past every
+// MembershipTTL is how long a record outlives its last check: past every
 // check interval (with room for one missed), and past the keys a sidecar
 // on that list may have left on the masters.
-func membershipTTL(c config.Config) time.Duration { return 3*membershipEvery + 2*c.KeyTTL }
+func MembershipTTL(c config.Config) time.Duration { return 3*MembershipEvery + 2*c.KeyTTL }
 
 // checkMembership records every group's list once; it refuses to start on
 // a split and logs masters it could not ask.
@@ -48,17 +48,17 @@ func (s *Sidecar) checkGroupMembership(ctx context.Context, g *redlock.Locker) e
 	for i, n := range nodes {
 		addrs[i] = n.Addr()
 	}
-	res, err := membership.Check(ctx, s.cfg.KeyPrefix, g.Name(), addrs, nodes, membershipTTL(s.cfg), s.cfg.NodeTimeout*4)
+	res, err := membership.Check(ctx, s.cfg.KeyPrefix, g.Name(), addrs, nodes, MembershipTTL(s.cfg), s.cfg.NodeTimeout*4)
 	for _, f := range res.Unanswered {
 		s.log.Debug("member list not recorded on a master", "group", g.Name(), "master", f.Addr, "err", f.Err)
 	}
 	return err
 }
 
-// watchMembership checks every membershipEvery until ctx ends, vetoing a
+// watchMembership checks every MembershipEvery until ctx ends, vetoing a
 // group whose list is split and lifting the veto once it no longer is.
 func (s *Sidecar) watchMembership(ctx context.Context) {
-	t := time.NewTicker(membershipEvery)
+	t := time.NewTicker(MembershipEvery)
 	defer t.Stop()
 	vetoed := make([]bool, len(s.groups))
 	for {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/sidecar"
+
 	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/health"
 	"github.com/sidelock/sidelock/internal/lease"
@@ -437,9 +439,7 @@ func costOfMemberChecks(b *testing.B, callers int, pace time.Duration) {
 		b.Fatal(err)
 	}
 	group := strings.Join(slices.Sorted(slices.Values(ms.addrs)), ",") // an unnamed group's name
-	// The record's ttl as internal/sidecar sets it (membershipTTL, with its
-	// unexported 10 s interval): it changes the score, not the cost.
-	ttl := 3*10*time.Second + 2*cfg.KeyTTL
+	ttl := sidecar.MembershipTTL(cfg)                                  // as the sidecar sets it
 	ctx := context.Background()
 	check := func(nodes []redlock.Node) {
 		res, err := membership.Check(ctx, cfg.KeyPrefix, group, ms.addrs, nodes, ttl, 4*benchNodeTimeout)

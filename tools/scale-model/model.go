@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"math"
+
+	"github.com/sidelock/sidelock/internal/sidecar"
 )
 
 // Inputs are the measured unit costs the model multiplies out. Redis
@@ -112,9 +114,8 @@ func (f Fleet) mix(info, ping float64) float64 {
 
 // memberCheckEvery is how often, in seconds, every sidecar records each
 // group's member list on every master of the group (one script per
-// master): membershipEvery in internal/sidecar/membership.go, unexported
-// there, so repeated here. No setting changes it.
-const memberCheckEvery = 10.0
+// master). No setting changes it.
+var memberCheckEvery = sidecar.MembershipEvery.Seconds()
 
 // Master is the load on one master of one group.
 type Master struct {
