@@ -253,8 +253,8 @@ func (l *lease) extend(ctx context.Context, ttl time.Duration) (Info, error) {
 	l.expiresAt = now.Add(l.ttl)
 	l.m.mu.Unlock()
 	err := l.confirm(ctx)
-	if err != nil && !errors.Is(err, ErrLeaseGone) && ctx.Err() != nil {
-		return Info{}, ctx.Err()
+	if cut := endedBy(ctx); err != nil && !errors.Is(err, ErrLeaseGone) && cut != nil {
+		return Info{}, cut
 	}
 	l.m.obs.Renewal(err == nil)
 	if errors.Is(err, ErrLeaseGone) {

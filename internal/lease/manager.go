@@ -309,12 +309,12 @@ func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (
 		return Info{}, err
 	}
 	grant, err := m.acquireAdmitted(ctx, l)
-	if ctx.Err() != nil {
-		if err == nil {
-			// The release must run whole although ctx has ended.
-			_ = m.locker.Release(context.WithoutCancel(ctx), l.key, l.value)
-		} // else the failed round released it everywhere (Locker.Acquire)
+	if ctx.Err() != nil && err == nil {
+		// The release must run whole although ctx has ended.
+		_ = m.locker.Release(context.WithoutCancel(ctx), l.key, l.value)
 		err = ctx.Err()
+	} else if cut := endedBy(ctx); err != nil && cut != nil {
+		err = cut // the failed round released it everywhere (Locker.Acquire)
 	}
 	if err != nil {
 		m.unreserve(req.Name)
@@ -440,8 +440,8 @@ func (m *Manager) Inspect(ctx context.Context, name string) (Status, error) {
 	}
 	h, err := m.locker.Inspect(ctx, m.cfg.KeyPrefix+name)
 	if err != nil {
-		if ctx.Err() != nil {
-			return Status{}, ctx.Err() // cut short: says nothing about the masters
+		if cut := endedBy(ctx); cut != nil {
+			return Status{}, cut // cut short: says nothing about the masters
 		}
 		return Status{}, err
 	}
@@ -555,4 +555,17 @@ func outcomeOf(err error) Outcome {
 	default:
 		return OutcomeError
 	}
+}
+
+// endedBy is ctx's error if ctx has ended or reached its deadline: a
+// round's calls can see the deadline pass a moment before ctx reports
+// it, and a round that failed then was cut short, not refused.
+func endedBy(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
