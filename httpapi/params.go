@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/sidelock/sidelock/internal/lease"
 )
 
@@ -59,6 +57,9 @@ func boolean(name string, v *jsonBool) (bool, error) {
 	return false, badRequest("invalid_"+name, "%s must be true or false, got %q", name, string(*v))
 }
 
+// lockPathPrefix begins every path that names a lock (routes.go).
+const lockPathPrefix = "/locks/"
+
 // tokenHeader carries the lease token (preferred: it stays out of URLs and
 // access logs).
 const tokenHeader = "Lock-Token"
@@ -70,11 +71,22 @@ const idempotencyHeader = "Idempotency-Key"
 // tokenLen is the length of a token: 128 random bits in hex.
 const tokenLen = 32
 
-// lockName reads and validates the name from the wildcard route.
+// lockName reads and validates the name from the path as the client
+// escaped it, decoded here once and validated after decoding: a '/' that
+// a client escaped as %2F (as OpenAPI-generated clients escape a path
+// parameter) is the same lock, "orders%2F42" being "orders/42", while a
+// second level of escaping ("%252F") leaves a '%' and is refused, as are
+// escaped dot segments ("%2E%2E"). (The router's own parameter cannot
+// tell those two apart: net/url keeps the escaped form only when it
+// differs from the default one.)
 func lockName(r *http.Request) (string, error) {
-	name := chi.URLParam(r, "*")
+	raw := strings.TrimPrefix(r.URL.EscapedPath(), lockPathPrefix)
 	if r.Method == http.MethodGet {
-		name = strings.TrimSuffix(name, eventsSuffix)
+		raw = strings.TrimSuffix(raw, eventsSuffix)
+	}
+	name, err := url.PathUnescape(raw)
+	if err != nil {
+		return "", badRequest("invalid_name", "lock name: a malformed percent-escape")
 	}
 	if err := lease.ValidateName(name); err != nil {
 		return "", badRequest("invalid_name", "%s", err.Error())
