@@ -15,6 +15,14 @@ func handleAcquire(log *slog.Logger, leases *lease.Manager) http.Handler {
 			writeError(w, log, err)
 			return
 		}
+		if req.Hold && isReconnect(r) {
+			// An SSE client reconnecting to a held stream: that lease
+			// ended with its connection. 204 stops EventSource; taking
+			// the lock again would hand the caller a new lease it never
+			// learns of, as if it had never lost the old one.
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		info, err := leases.Acquire(r.Context(), req)
 		if err != nil {
 			writeError(w, log, err)
