@@ -14,6 +14,10 @@ GOLANGCI := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(G
 # quick unit tests (test-unit); its benchmarks run in bench-smoke, bench and scale-sim.
 TOOLS := tools
 TOOLS_UNIT := ./scale-model ./report ./scale ./benchread
+# Each mk/*.mk owns one area's targets (release and image, spec, clients, monitoring); a target that
+# belongs in `make test` adds itself to TEST_MORE there.
+TEST_MORE :=
+include $(sort $(wildcard mk/*.mk))
 
 .PHONY: help docs-config run test test-unit test-load bench-smoke fuzz-smoke sim chaos chaos-ci soak abuse vulncheck build check-fmt vet lint bench scale-sim fuzz cover image e2e helm-lint k8s-validate test-deploy redis-server clean
 
@@ -29,7 +33,7 @@ run:
 	$(GO) run ./cmd/sidelock -dev
 
 ## test: formatting, vet, and every test with the race detector, against real redis-server processes.
-test: redis-server check-fmt vet test-unit test-load bench-smoke fuzz-smoke chaos-ci test-deploy
+test: redis-server check-fmt vet test-unit test-load bench-smoke fuzz-smoke chaos-ci test-deploy $(TEST_MORE)
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
