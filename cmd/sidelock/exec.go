@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,82 +11,36 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/pkg/client"
 )
 
-// Exit codes of `sidelock exec`, besides the command's own code. They
-// follow sysexits(3) where one fits, so scripts can tell them apart.
-const (
-	exitUsage       = 64  // bad flags or arguments
-	exitUnavailable = 69  // the sidecar could not be reached or refused the request
-	exitNotAcquired = 75  // the lock was not acquired within --wait (EX_TEMPFAIL: try later)
-	exitLockLost    = 79  // the lock was lost while the command ran; the command was stopped
-	exitCannotRun   = 126 // the command exists but could not be started
-	exitNotFound    = 127 // the command was not found
-)
-
-// exitCode asks main to exit with code, after printing err if any.
-type exitCode struct {
-	code int
-	err  error
-}
-
-func (e *exitCode) Error() string {
-	if e.err == nil {
-		return fmt.Sprintf("exit status %d", e.code)
-	}
-	return e.err.Error()
-}
-
-func (e *exitCode) Unwrap() error { return e.err }
-
-func exitWith(code int, format string, args ...any) error {
-	return &exitCode{code: code, err: fmt.Errorf(format, args...)}
-}
-
-// execOptions are the flags of `sidelock exec`.
+// execOptions are the flags and arguments of `sidelock exec`.
 type execOptions struct {
-	opts  client.Options
-	grace time.Duration
-	name  string
-	argv  []string
+	sidecar sidecarFlags
+	opts    client.Options
+	grace   time.Duration
+	name    string
+	argv    []string
 }
 
-func parseExec(args []string, stderr io.Writer) (execOptions, error) {
+func parseExec(args []string, getenv func(string) string, stdout io.Writer) (execOptions, error) {
 	var o execOptions
-	fs := flag.NewFlagSet("sidelock exec", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.DurationVar(&o.opts.Wait, "wait", 0, "how long to wait for the lock (0: try once)")
-	fs.DurationVar(&o.opts.TTL, "ttl", 0, "bound on the keys' ttl on the masters (default: the sidecar's)")
-	fs.DurationVar(&o.opts.MaxHold, "max-hold", 0, "end the hold (and stop the command) after this long")
-	fs.StringVar(&o.opts.Owner, "owner", "", "label shown to anyone who inspects the lock (default: the hostname)")
+	fs := newFlags("exec")
+	o.sidecar.addAPI(fs, getenv)
+	addAcquireFlags(fs, &o.opts)
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on an expiring or lost lock, wait at most this long before SIGKILL (never past the lock's valid_until)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: sidelock exec [flags] NAME -- COMMAND [ARGS...]\n\n"+
-			"Runs COMMAND while holding the lock NAME through the local sidecar ($SIDELOCK_ADDR,\n"+
-			"default %s; $SIDELOCK_API_TOKEN if the sidecar requires one). Exit codes: the command's own; %d lock not acquired within --wait;\n"+
-			"%d lock lost (command stopped); %d sidecar unreachable; %d usage; %d/%d command not runnable/found.\n\nflags:\n",
-			client.DefaultAddr, exitNotAcquired, exitLockLost, exitUnavailable, exitUsage, exitCannotRun, exitNotFound)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return o, &exitCode{code: exitUsage, err: err}
+	if err := parseFlags(fs, "exec", args, stdout); err != nil {
+		return o, err
 	}
 	rest := fs.Args()
 	if len(rest) < 3 || rest[1] != "--" {
-		fs.Usage()
-		return o, exitWith(exitUsage, "exec needs NAME -- COMMAND [ARGS...]")
+		return o, usageError("exec", "exec needs NAME -- COMMAND [ARGS...]")
 	}
 	o.name, o.argv = rest[0], rest[2:]
-	// Refused here, before any request: the sidecar would refuse it too,
-	// and a name that means something in a URL must never reach one.
-	if err := lease.ValidateName(o.name); err != nil {
-		return o, exitWith(exitUsage, "lock name %q: %v", o.name, err)
+	if err := checkName("exec", o.name); err != nil {
+		return o, err
 	}
-	if o.opts.Owner == "" {
-		o.opts.Owner, _ = os.Hostname()
-	}
+	defaultOwner(&o.opts)
 	return o, nil
 }
 
@@ -96,20 +49,13 @@ func parseExec(args []string, stderr io.Writer) (execOptions, error) {
 // connection, so that the lock outlives exec, however exec ends, until
 // the command and everything it started in its process group are dead.
 func runExec(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	o, err := parseExec(args, stderr)
+	o, err := parseExec(args, getenv, stdout)
 	if err != nil {
 		return err
 	}
-	addr := getenv("SIDELOCK_ADDR")
-	if addr == "" {
-		addr = client.DefaultAddr
-	}
-	held, err := client.New(addr, nil).WithToken(getenv("SIDELOCK_API_TOKEN")).Hold(ctx, o.name, o.opts)
-	switch {
-	case errors.Is(err, client.ErrLockHeld):
-		return exitWith(exitNotAcquired, "lock %q not acquired within %v", o.name, o.opts.Wait)
-	case err != nil:
-		return exitWith(exitUnavailable, "sidecar at %s: %w", addr, err)
+	held, err := o.sidecar.client(getenv).Hold(ctx, o.name, o.opts)
+	if err != nil {
+		return acquireFailed(ctx, "exec", o.name, o.opts, o.sidecar.api, err)
 	}
 	defer held.Release()
 	holdConn, err := dupForChild(held.Conn())

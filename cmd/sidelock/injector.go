@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -35,7 +34,7 @@ type injectorOptions struct {
 // injector stops listening.
 const injectorShutdownTimeout = 10 * time.Second
 
-func parseInjector(args []string, getenv func(string) string, stderr io.Writer) (injectorOptions, error) {
+func parseInjector(args []string, getenv func(string) string, stdout io.Writer) (injectorOptions, error) {
 	var o injectorOptions
 	env := func(name, def string) string {
 		if v := getenv("SIDELOCK_INJECTOR_" + name); v != "" {
@@ -47,8 +46,7 @@ func parseInjector(args []string, getenv func(string) string, stderr io.Writer) 
 	if err != nil {
 		return o, fmt.Errorf("SIDELOCK_INJECTOR_SHUTDOWN_DELAY: %w", err)
 	}
-	fs := flag.NewFlagSet("sidelock injector", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("injector")
 	fs.StringVar(&o.listen, "listen", env("LISTEN_ADDR", ":8443"), "HTTPS address of the webhook (/mutate) and its probes (/healthz, /readyz) [SIDELOCK_INJECTOR_LISTEN_ADDR]")
 	fs.StringVar(&o.certFile, "tls-cert", env("TLS_CERT_FILE", ""), "PEM serving certificate, reloaded when it changes [SIDELOCK_INJECTOR_TLS_CERT_FILE]")
 	fs.StringVar(&o.keyFile, "tls-key", env("TLS_KEY_FILE", ""), "PEM key of the serving certificate [SIDELOCK_INJECTOR_TLS_KEY_FILE]")
@@ -57,17 +55,11 @@ func parseInjector(args []string, getenv func(string) string, stderr io.Writer) 
 	fs.StringVar(&o.logFormat, "log-format", env("LOG_FORMAT", "text"), "text or json [SIDELOCK_INJECTOR_LOG_FORMAT]")
 	fs.StringVar(&o.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error [SIDELOCK_INJECTOR_LOG_LEVEL]")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", delay, "on SIGTERM, keep answering (and fail /readyz) this long, while the Service drops the pod [SIDELOCK_INJECTOR_SHUTDOWN_DELAY]")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: sidelock injector [flags]\n\n"+
-			"Serves the mutating admission webhook that adds the sidelock sidecar to pods\n"+
-			"labelled %s: \"true\" (deployed by the Helm chart).\n\nflags:\n", injector.InjectLabel)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, "injector", args, stdout); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("sidelock injector takes no arguments, got %q", fs.Args())
+		return o, usageError("injector", "injector takes no arguments, got %q", fs.Args())
 	}
 	var errs []error
 	if o.certFile == "" || o.keyFile == "" {
@@ -88,17 +80,16 @@ func parseInjector(args []string, getenv func(string) string, stderr io.Writer) 
 	if o.shutdownDelay < 0 {
 		errs = append(errs, fmt.Errorf("-shutdown-delay %v is negative", o.shutdownDelay))
 	}
-	return o, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return o, usageError("injector", "%v", err)
+	}
+	return o, nil
 }
 
 // runInjector is `sidelock injector`: the sidecar injector's webhook
 // server, until ctx ends.
 func runInjector(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	_ = stdout // everything goes to the log
-	o, err := parseInjector(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
+	o, err := parseInjector(args, getenv, stdout) // then everything goes to the log
 	if err != nil {
 		return err
 	}

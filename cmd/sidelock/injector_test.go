@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -245,9 +246,9 @@ func TestInjectorRejectsBadSettings(t *testing.T) {
 			}
 		})
 	}
-	var stderr lockedBuffer
-	if err := runInjector(context.Background(), []string{"-h"}, func(string) string { return "" }, io.Discard, &stderr); err != nil || !strings.Contains(stderr.String(), "usage: sidelock injector") {
-		t.Errorf("-h: %v\n%s", err, stderr.String())
+	var stdout lockedBuffer
+	if err := runInjector(context.Background(), []string{"-h"}, func(string) string { return "" }, &stdout, io.Discard); !errors.Is(err, errHelpShown) || !strings.HasPrefix(stdout.String(), "usage: sidelock injector") {
+		t.Errorf("-h: %v\n%s", err, stdout.String())
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/lmittmann/tint"
@@ -20,48 +21,68 @@ import (
 // run is the whole program; main only supplies the process's context,
 // arguments, environment and streams.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dev := fs.Bool("dev", false, "run with 3 in-memory masters (same as SIDELOCK_DEV=true)")
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	fs.Usage = func() { usage(fs, stderr) }
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	if *showVersion {
-		fmt.Fprintln(stdout, "sidelock", version)
+	err := dispatch(ctx, args[1:], getenv, stdout, stderr)
+	if errors.Is(err, errHelpShown) {
 		return nil
 	}
-	switch sub := fs.Arg(0); sub {
-	case "", "serve":
-	case "exec":
-		return runExec(ctx, fs.Args()[1:], getenv, stdout, stderr)
-	case execGuardCommand: // hidden: runs an exec's command (exec_guard.go)
-		return runExecGuard(fs.Args()[1:])
-	case "injector":
-		return runInjector(ctx, fs.Args()[1:], getenv, stdout, stderr)
-	default:
-		return fmt.Errorf("unknown command %q (commands: serve, exec, injector)", sub)
+	return err
+}
+
+// dispatch runs the verb args name; without one (no arguments, or flags
+// first) it serves, as `sidelock [-dev]` always has.
+func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return runServe(ctx, args, getenv, stdout, stderr)
+	}
+	switch first := args[0]; {
+	case first == "-h" || first == "-help" || first == "--help":
+		return writeOverview(stdout)
+	case first == execGuardCommand: // hidden: runs an exec's command (exec_guard.go)
+		return runExecGuard(args[1:])
+	case strings.HasPrefix(first, "-"):
+		return runServe(ctx, args, getenv, stdout, stderr)
+	}
+	v, ok := lookupVerb(args[0])
+	if !ok {
+		return usageError("", "unknown verb %q", args[0])
+	}
+	return v.run(ctx, args[1:], getenv, stdout, stderr)
+}
+
+// serveOptions are serve's flags.
+type serveOptions struct {
+	dev, version bool
+}
+
+func serveFlags() (*flag.FlagSet, *serveOptions) {
+	fs, o := newFlags("serve"), &serveOptions{}
+	fs.BoolVar(&o.dev, "dev", false, "run with 3 in-memory masters (same as SIDELOCK_DEV=true)")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit (as 'sidelock version')")
+	return fs, o
+}
+
+// runServe is `sidelock [serve] [-dev]`: the sidecar, configured by the
+// environment.
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs, o := serveFlags()
+	if err := parseFlags(fs, "serve", args, stdout); err != nil {
+		return err
+	}
+	if o.version {
+		return runVersion(ctx, nil, getenv, stdout, stderr)
+	}
+	if fs.NArg() > 0 {
+		return usageError("serve", "serve takes no arguments, got %q", fs.Args())
 	}
 	cfg, err := config.Load()
 	if err != nil {
 		return err
 	}
-	cfg.Dev = cfg.Dev || *dev
+	cfg.Dev = cfg.Dev || o.dev
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return serve(ctx, cfg, getenv, stdout, stderr)
-}
-
-func usage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprintf(w, "usage: sidelock [-dev] [serve]\n       sidelock exec [flags] NAME -- COMMAND [ARGS...]   (sidelock exec -h)\n       sidelock injector [flags]   (sidelock injector -h)\n\nflags:\n")
-	fs.PrintDefaults()
-	fmt.Fprintf(w, "\nconfiguration (environment):\n")
-	_ = config.Usage(w)
 }
 
 // serve runs the sidecar until ctx ends, then ends every held lease.

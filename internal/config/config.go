@@ -253,13 +253,14 @@ func (c Config) TLSConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// Usage lists every setting with its default, in the table format of
-// envconfig (tab-separated columns; the abuse harness reads the third, the
-// default), from the settings table.
+// Usage lists every setting from the settings table, a header and then
+// one line each, in tab-separated columns: variable, type, default, an
+// empty column (envconfig's "required", kept so that the default stays
+// the third column, where readers of envconfig's table find it) and what
+// it means with its range. `sidelock help serve` aligns it.
 func Usage(w io.Writer) error {
 	var b strings.Builder
-	b.WriteString("This application is configured via the environment. The following environment\n" +
-		"variables can be used:\n\nKEY\tTYPE\tDEFAULT\tREQUIRED\tDESCRIPTION\n")
+	b.WriteString("VARIABLE\tTYPE\tDEFAULT\t\tMEANING\n")
 	for _, s := range settings {
 		doc := s.Doc
 		if r := s.Range(); r != "" {
@@ -274,13 +275,13 @@ func Usage(w io.Writer) error {
 	return err
 }
 
-// typeName names a setting's type as envconfig's usage does.
+// typeName names a setting's type for Usage.
 func typeName(t reflect.Type) string {
 	switch {
 	case t == durationType:
 		return "Duration"
 	case t.Kind() == reflect.Slice:
-		return "Comma-separated list of " + typeName(t.Elem())
+		return "List of " + typeName(t.Elem()) // comma-separated, as each setting's meaning says
 	case t.Kind() == reflect.Bool:
 		return "True or False"
 	case t.Kind() == reflect.Int:

@@ -355,15 +355,59 @@ func (l *lease) end(reason EndReason, cause error) {
 	l.closeSubscribersLocked(reason, valid)
 	l.m.mu.Unlock()
 	l.m.obs.Ended(reason)
-	switch {
-	case reason == EndLost || reason == EndMaxHold:
-		l.m.log.Warn("lock lost", "name", l.name, "owner", l.owner, "cause", cause)
-	case reason == EndShutdown:
-		l.m.log.Info("lock left to lapse: the sidecar is shutting down", "name", l.name, "owner", l.owner, "valid_until", valid)
-	case err != nil:
-		l.m.log.Warn("release did not reach a quorum; keys lapse after their ttl", "name", l.name, "reason", string(reason), "err", err)
+	l.logEnd(reason, cause, valid, err)
+}
+
+// errNoCause stands for the cause of a loss that was not given one, so
+// that "lock lost" always says something (every caller of lose and of
+// finish with EndLost passes its cause).
+var errNoCause = errors.New("no cause recorded")
+
+// logEnd says how the lease ended. A loss, with its cause, and a release
+// that left keys behind are warnings; a cap reached is not a loss: it is
+// a warning only when the sidecar's SIDELOCK_MAX_HOLD cut a lease its
+// caller did not ask to cap as short. Never the token.
+func (l *lease) logEnd(reason EndReason, cause error, valid time.Time, releaseErr error) {
+	log, attrs := l.m.log, []any{"name", l.name, "owner", l.owner}
+	switch reason {
+	case EndLost:
+		if cause == nil {
+			cause = errNoCause
+		}
+		log.Warn("lock lost", append(attrs, "cause", cause.Error())...)
+	case EndMaxHold:
+		capped := l.maxHoldAt.Sub(l.acquiredAt)
+		if l.m.cfg.MaxHold > 0 && capped == l.m.cfg.MaxHold {
+			log.Warn("lock ended: it reached the sidecar's cap, SIDELOCK_MAX_HOLD", append(attrs, "max_hold", capped)...)
+		} else {
+			log.Info("lock ended: it reached the max_hold its caller asked for", append(attrs, "max_hold", capped)...)
+		}
+	case EndShutdown:
+		log.Info("lock left to lapse: the sidecar is shutting down", append(attrs, "valid_until", valid)...)
+		return // nothing was deleted
+	case EndExpired:
+		log.Info("lease expired: its caller stopped extending it", attrs...)
 	default:
-		l.m.log.Debug("lock released", "name", l.name, "reason", string(reason))
+		log.Debug("lock released", append(attrs, "reason", string(reason))...)
+	}
+	if releaseErr != nil {
+		log.Warn("release did not reach a quorum; keys lapse after their ttl", append(attrs, "reason", string(reason), "err", releaseErr)...)
+	}
+}
+
+// logAcquisition says at debug how an acquisition ended: granted, held by
+// another (409), or refused otherwise, with the outcome its metric counts.
+// Never the token, nor the idempotency key.
+func (m *Manager) logAcquisition(req Request, info Info, err error, elapsed time.Duration) {
+	outcome := outcomeOf(err)
+	attrs := []any{"name", req.Name, "owner", req.Owner, "outcome", string(outcome), "elapsed", elapsed.Round(time.Microsecond)}
+	switch outcome {
+	case OutcomeAcquired:
+		m.log.Debug("lock acquired", append(attrs, "fence", info.Fence, "valid_until", info.ValidUntil, "hold", req.Hold)...)
+	case OutcomeHeld:
+		m.log.Debug("lock not acquired: held by another", attrs...)
+	default:
+		m.log.Debug("lock not acquired", append(attrs, "err", err)...)
 	}
 }
 

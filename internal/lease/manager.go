@@ -262,6 +262,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Info, error) {
 		m.obs.Waited(outcomeOf(err), time.Since(start))
 	}
 	m.obs.Acquisition(outcomeOf(err), time.Since(start))
+	m.logAcquisition(req, info, err, time.Since(start))
 	return info, err
 }
 

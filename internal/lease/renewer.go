@@ -109,7 +109,7 @@ func (m *Manager) takeDue(now time.Time) (time.Time, []*lease, []redlock.ExtendI
 				continue // rescheduled or ended since
 			}
 			if !start.Before(l.keysValidUntil) {
-				l.lose(ErrLeaseGone)
+				l.lose(errValidityRanOut)
 				continue
 			}
 			if !l.hold && !start.Before(l.expiresAt) {
@@ -124,6 +124,11 @@ func (m *Manager) takeDue(now time.Time) (time.Time, []*lease, []redlock.ExtendI
 	}
 	return start, due, items
 }
+
+// errValidityRanOut is the cause of a loss found before a renewal: every
+// round since the last success failed (no quorum), and the validity it
+// granted has passed.
+var errValidityRanOut = fmt.Errorf("%w: its validity ran out before a renewal reached a quorum", ErrLeaseGone)
 
 // renewed applies one lease's renewal result, then lets a release waiting
 // for it go ahead.
@@ -160,11 +165,15 @@ func (l *lease) renewedDone() {
 func (l *lease) applyRenewal(start time.Time, g redlock.Grant, err error) error {
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
+	// The errors are one line each: they are the cause "lock lost" logs.
+	ranOut := !time.Now().Before(l.keysValidUntil)
 	switch {
 	case errors.Is(err, redlock.ErrNotHeld):
-		return errors.Join(ErrLeaseGone, err)
-	case !time.Now().Before(l.keysValidUntil):
-		return errors.Join(fmt.Errorf("%w: the renewal ended after the lock's validity ran out", ErrLeaseGone), err)
+		return fmt.Errorf("%w: %w", ErrLeaseGone, err)
+	case ranOut && err != nil:
+		return fmt.Errorf("%w: the renewal ended after the lock's validity ran out: %w", ErrLeaseGone, err)
+	case ranOut:
+		return fmt.Errorf("%w: the renewal ended after the lock's validity ran out", ErrLeaseGone)
 	case err != nil:
 		return err
 	}

@@ -5,6 +5,7 @@
 package metrics
 
 import (
+	"runtime"
 	"strconv"
 	"time"
 
@@ -15,8 +16,11 @@ import (
 	"github.com/sidelock/sidelock/internal/lease"
 )
 
-// Sources are read at scrape time.
+// Sources are read at scrape time, except Version.
 type Sources struct {
+	// Version is the build's version (cmd/sidelock's main.version), the
+	// version label of sidelock_build_info.
+	Version   string
 	LocksHeld func() int
 	Waiters   func() int
 	Health    func() health.Report
@@ -73,7 +77,8 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 		}, []string{"route", "method"}),
 		masters: newMasterConns(src.Masters),
 	}
-	reg.MustRegister(m.acquire, m.wait, m.wakeups, m.renewals, m.ended, m.lost, m.overload, m.requests, m.durations, m.masters,
+	m.startAtZero()
+	reg.MustRegister(buildInfo(src.Version), m.acquire, m.wait, m.wakeups, m.renewals, m.ended, m.lost, m.overload, m.requests, m.durations, m.masters,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sidelock_locks_held", Help: "Locks currently held through this sidecar.",
 		}, func() float64 { return float64(src.LocksHeld()) }),
@@ -85,6 +90,67 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// The label values of the families whose labels form a closed set: each
+// series is exported from start, at 0, so that rate() sees its first
+// increase and absent() tells a missing sidecar from a quiet one. They are
+// the lease package's constants (TestEveryLabelValueIsListed checks none
+// is missing) and what each family's Help lists.
+var (
+	acquireOutcomes = []lease.Outcome{
+		lease.OutcomeAcquired, lease.OutcomeHeld, lease.OutcomeNoQuorum, lease.OutcomeOverloaded,
+		lease.OutcomeInvalid, lease.OutcomeLimited, lease.OutcomeError,
+	}
+	// waitOutcomes lack invalid: a request is checked before it waits.
+	waitOutcomes = []lease.Outcome{
+		lease.OutcomeAcquired, lease.OutcomeHeld, lease.OutcomeNoQuorum, lease.OutcomeOverloaded,
+		lease.OutcomeLimited, lease.OutcomeError,
+	}
+	wakeSources = []lease.WakeSource{
+		lease.WakePubSub, lease.WakeLocal, lease.WakeExpiry, lease.WakePoll, lease.WakeSplit, lease.WakeRetry,
+	}
+	endReasons = []lease.EndReason{
+		lease.EndReleased, lease.EndExpired, lease.EndLost, lease.EndMaxHold, lease.EndShutdown,
+	}
+	renewalOutcomes = []string{renewalOK, renewalFailed}
+)
+
+const (
+	renewalOK     = "ok"
+	renewalFailed = "failed"
+)
+
+// startAtZero makes every series of the closed label sets above.
+func (m *Metrics) startAtZero() {
+	for _, o := range acquireOutcomes {
+		m.acquire.WithLabelValues(string(o))
+	}
+	for _, o := range waitOutcomes {
+		m.wait.WithLabelValues(string(o))
+	}
+	for _, s := range wakeSources {
+		m.wakeups.WithLabelValues(string(s))
+	}
+	for _, r := range endReasons {
+		m.ended.WithLabelValues(string(r))
+	}
+	for _, o := range renewalOutcomes {
+		m.renewals.WithLabelValues(o)
+	}
+}
+
+// buildInfo is sidelock_build_info, 1 with the build's version and Go
+// version as labels, for joining onto other series and spotting a fleet
+// that runs mixed versions.
+func buildInfo(version string) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "sidelock_build_info",
+		Help:        "Always 1; the labels say which build runs: version (the release, or dev) and goversion (the Go toolchain that built it).",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+	})
+	g.Set(1)
+	return g
 }
 
 // Acquisition implements lease.Observer.
@@ -107,9 +173,9 @@ func (m *Metrics) Wakeup(src lease.WakeSource) {
 
 // Renewal implements lease.Observer.
 func (m *Metrics) Renewal(ok bool) {
-	outcome := "failed"
+	outcome := renewalFailed
 	if ok {
-		outcome = "ok"
+		outcome = renewalOK
 	}
 	m.renewals.WithLabelValues(outcome).Inc()
 }

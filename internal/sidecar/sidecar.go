@@ -68,7 +68,8 @@ type options struct {
 // WithLogger sets the logger (default: discard).
 func WithLogger(log *slog.Logger) Option { return func(o *options) { o.log = log } }
 
-// WithVersion sets the version the start-up line logs.
+// WithVersion sets the version the start-up line logs and
+// sidelock_build_info carries (default "unknown").
 func WithVersion(v string) Option { return func(o *options) { o.version = v } }
 
 // WithoutRestartGuard counts every master from the start, as dev mode
@@ -102,7 +103,7 @@ func WithLeaseObserver(wrap func(lease.Observer) lease.Observer) Option {
 // WithChecksAfter says otherwise, the masters have been judged by two
 // health rounds when it returns. ctx bounds the start-up only.
 func New(ctx context.Context, cfg config.Config, opts ...Option) (_ *Sidecar, err error) {
-	s := &Sidecar{cfg: cfg, opts: options{log: slog.New(slog.DiscardHandler)}}
+	s := &Sidecar{cfg: cfg, opts: options{log: slog.New(slog.DiscardHandler), version: "unknown"}}
 	for _, o := range opts {
 		o(&s.opts)
 	}
@@ -138,6 +139,7 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (_ *Sidecar, er
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, metrics.Sources{
+		Version:   s.opts.version,
 		LocksHeld: func() int { return s.leases.Len() }, Waiters: func() int { return s.leases.Waiters() }, Health: s.checker.Report,
 		Masters: masterStats(s.nodes),
 	})
@@ -189,8 +191,43 @@ func (s *Sidecar) newChecker(ctx context.Context) error {
 	if !s.opts.delayChecks {
 		s.checker.Check(ctx)
 		s.checker.Check(ctx)
+		logStartReadiness(s.log, s.checker.Report())
 	}
 	return nil
+}
+
+// logStartReadiness says what New's health rounds found when it is not
+// ready: the rounds log only changes (logHealthChange), and a sidecar
+// that starts with its masters down has none, so without this it would
+// say nothing while every acquisition answers 503.
+func logStartReadiness(log *slog.Logger, r health.Report) {
+	if r.Ready {
+		return
+	}
+	for _, n := range r.Nodes {
+		switch {
+		case !n.Up:
+			log.Warn("master down", "master", n.Addr, "err", n.Error)
+		case !n.Eligible:
+			log.Warn("master kept out of quorums", "master", n.Addr, "problem", n.Problem)
+		}
+	}
+	attrs := []any{"up", r.Up, "eligible", r.Eligible, "masters", len(r.Nodes)}
+	if len(r.Groups) > 0 {
+		attrs = append(attrs, "ready_policy", string(r.ReadyPolicy), "groups", groupsReady(r.Groups))
+	} else {
+		attrs = append(attrs, "quorum", r.Quorum)
+	}
+	log.Warn("not ready at start-up: no quorum of masters may be counted on; acquisitions answer 503 until one is", attrs...)
+}
+
+// groupsReady lists the groups as name=ready pairs, for a log line.
+func groupsReady(groups []health.GroupState) string {
+	parts := make([]string, len(groups))
+	for i, g := range groups {
+		parts[i] = fmt.Sprintf("%s=%t", g.Name, g.Ready)
+	}
+	return strings.Join(parts, ",")
 }
 
 // APIAddr is the lock API listener's address (host:port).

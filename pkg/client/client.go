@@ -127,6 +127,29 @@ func (c *Client) Release(ctx context.Context, name, token string) error {
 	return res.Body.Close()
 }
 
+// Status is what the masters say about a lock (GET /locks/{name}).
+type Status struct {
+	Name       string    `json:"name"`
+	Held       bool      `json:"held"`
+	Owner      string    `json:"owner"`       // when held
+	ValidUntil time.Time `json:"valid_until"` // when held
+	Fence      int64     `json:"fence"`       // when held and fencing is on
+}
+
+// Inspect asks the masters who holds name, if anyone.
+func (c *Client) Inspect(ctx context.Context, name string) (Status, error) {
+	res, err := c.do(ctx, http.MethodGet, name, nil, "", "")
+	if err != nil {
+		return Status{}, err
+	}
+	defer res.Body.Close()
+	var st Status
+	if err := json.NewDecoder(res.Body).Decode(&st); err != nil {
+		return Status{}, fmt.Errorf("sidelock: decoding the lock's status: %w", err)
+	}
+	return st, nil
+}
+
 func (o Options) query(hold bool) url.Values {
 	q := url.Values{}
 	for k, d := range map[string]time.Duration{"ttl": o.TTL, "wait": o.Wait, "max_hold": o.MaxHold} {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,8 +62,12 @@ func startMasters(t *testing.T) []string {
 // without SIDELOCK_MAX_CONNS.
 type knobs map[string]string
 
+// settingColumns splits a row of the settings table in `sidelock -h`: columns are
+// padded with spaces (text/tabwriter), or tabs in binaries built before it.
+var settingColumns = regexp.MustCompile("\t| {2,}")
+
 // readKnobs parses the settings table `sidelock -h` prints
-// ("SIDELOCK_X<TAB>Type<TAB>default<TAB>...").
+// ("SIDELOCK_X  Type  default  ...").
 func readKnobs(t *testing.T, bin string) knobs {
 	t.Helper()
 	var out bytes.Buffer
@@ -71,7 +76,7 @@ func readKnobs(t *testing.T, bin string) knobs {
 	_ = cmd.Run() // -h may exit non-zero; the table is what matters
 	k := knobs{}
 	for line := range strings.SplitSeq(out.String(), "\n") {
-		fields := strings.Split(line, "\t")
+		fields := settingColumns.Split(strings.TrimSpace(line), -1)
 		if len(fields) >= 3 && strings.HasPrefix(fields[0], "SIDELOCK_") {
 			k[fields[0]] = strings.TrimSpace(fields[2])
 		}

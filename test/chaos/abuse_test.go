@@ -141,7 +141,8 @@ func (st *abuseState) expectations(r *run, res result) []string {
 // (its -h lists every SIDELOCK_* variable).
 func binaryHas(setting string) bool {
 	out, _ := exec.Command(sidelockBinary, "-h").CombinedOutput()
-	return strings.Contains(string(out), setting+"\t")
+	// The settings table pads its columns with spaces (tabs before text/tabwriter).
+	return strings.Contains(string(out), setting+" ") || strings.Contains(string(out), setting+"\t")
 }
 
 // abuseProbes is what the /healthz poller saw.
