@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 
 # sidelock container image.
-#   docker build --build-arg VERSION=$(git describe --tags --always) -t sidelock .
+#   docker build --build-arg VERSION=$(git describe --tags --always) \
+#     --build-arg REVISION=$(git rev-parse HEAD) -t sidelock .
 # Needs BuildKit (cache/bind mounts); the result is a static binary on distroless.
 
 # Keep in step with the `go` directive of go.mod (test/deploy checks this).
@@ -35,7 +36,16 @@ RUN --mount=type=cache,target=/go/pkg/mod \
         -o /out/sidelock ./cmd/sidelock
 
 # distroless/static: CA certificates and tzdata, no shell or package manager.
+# `make release` builds the same image without Docker (tools/imagebuild): it
+# reads USER, EXPOSE, ENTRYPOINT and LABEL from this stage, so keep the
+# stage to those, ARG and the one COPY.
 FROM gcr.io/distroless/static-debian12:nonroot
+ARG VERSION=dev
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title=sidelock \
+      org.opencontainers.image.source=https://github.com/sidelock/sidelock \
+      org.opencontainers.image.version=${VERSION} \
+      org.opencontainers.image.revision=${REVISION}
 COPY --from=build /out/sidelock /sidelock
 # Numeric so that runAsNonRoot can be verified by the kubelet
 # (it cannot resolve user names).
