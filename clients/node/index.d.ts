@@ -1,0 +1,169 @@
+// Types of index.js, written by hand (the package ships plain ESM
+// JavaScript: nothing to build). `[Symbol.asyncDispose]` needs TypeScript
+// 5.2+ with lib "esnext.disposable" (or "esnext") to be seen.
+
+/** Where the sidecar's lock API listens in a pod. */
+export declare const DEFAULT_ADDR: "http://127.0.0.1:7420";
+
+/** A Go duration string ("30s", "1m30s", "500ms") or a number of seconds. */
+export type Duration = string | number;
+
+/** A granted lock. Act on it only before validUntil. */
+export interface Lease {
+  name: string;
+  /** 32 hex characters: the capability to extend and release. */
+  token: string;
+  owner: string;
+  /** The lease's ttl as a Go duration ("30s", "1m0s"). */
+  ttl: string;
+  acquiredAt: Date;
+  leaseExpiresAt: Date;
+  /** Act on the lock only before this instant (milliseconds, never rounded up). */
+  validUntil: Date;
+  /** Greater than every earlier grant's fence of this lock (docs/fencing.md); exact below 2^53, which a microsecond clock reaches in the year 2255. */
+  fence: number;
+  /** When the lease ends whatever the caller does. */
+  maxHoldAt?: Date;
+}
+
+/** Who holds a lock, read from the masters (never the token). */
+export interface Status {
+  name: string;
+  held: boolean;
+  owner: string;
+  validUntil?: Date;
+  fence?: number;
+}
+
+/** RFC 9457 problem details as the sidecar answers them. */
+export interface Problem {
+  code: string;
+  title?: string;
+  status?: number;
+  detail?: string;
+  retry_after_ms?: number;
+  type?: string;
+  [field: string]: unknown;
+}
+
+/** Any error answered by the sidecar, or a failure to reach it (status 0). */
+export declare class SidelockError extends Error {
+  constructor(code: string, status: number, detail?: string, retryAfterMs?: number, problem?: Problem | Record<string, unknown>);
+  /** The problem's stable code: lock_held, no_quorum, invalid_ttl... */
+  readonly code: string;
+  /** The HTTP status; 0 when the sidecar was not reached. */
+  readonly status: number;
+  readonly detail: string;
+  /** The sidecar's retry hint, in milliseconds. */
+  readonly retryAfterMs: number | undefined;
+  readonly problem: Problem | Record<string, unknown>;
+}
+/** 409 lock_held: another owner holds the lock (after any wait). */
+export declare class LockHeld extends SidelockError {}
+/** 410 lease_gone: this token no longer holds the lock. */
+export declare class LeaseGone extends SidelockError {}
+/** 503: the sidecar cannot serve now (shutting_down, timeout). */
+export declare class Unavailable extends SidelockError {}
+/** 503 no_quorum: fewer than a majority of masters answered. */
+export declare class NoQuorum extends Unavailable {}
+/** 429 overloaded, too_many_locks, too_many_waiters: retry after retryAfterMs. */
+export declare class Overloaded extends SidelockError {}
+/** 401 unauthorized: the sidecar requires its API token. */
+export declare class Unauthorized extends SidelockError {}
+/** 4xx: malformed request (invalid_name, invalid_ttl, invalid_token...). */
+export declare class InvalidRequest extends SidelockError {}
+/** 422 idempotency_mismatch: the key was used with other parameters. */
+export declare class IdempotencyMismatch extends InvalidRequest {}
+/** The sidecar could not be reached in time, or its answer was not understood. */
+export declare class Unreachable extends SidelockError {}
+
+/** The reason a KeptLock's signal aborts with. */
+export declare class LockLost extends Error {
+  constructor(reason: string);
+  /** lost, max_hold, expired, shutdown, released, lease_gone or disconnected. */
+  readonly reason: string;
+}
+
+/** The one map from a problem code to its error class. */
+export declare const ERRORS_BY_CODE: Readonly<Record<string, typeof SidelockError>>;
+/** The typed error for a problem-details body answered with status. */
+export declare function errorFor(status: number, problem: Problem | Record<string, unknown>): SidelockError;
+/** A duration as sent: strings as they are, seconds as "Ns" or "Nms". */
+export declare function goDuration(d: Duration): string;
+/** A Go duration or seconds, in milliseconds. */
+export declare function durationMs(d: Duration): number;
+/** The URL path of a lock: the name as one escaped segment (its '/' as %2F). */
+export declare function lockPath(name: string): string;
+/** Events of a text/event-stream body. */
+export declare function readEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<{ event: string; data: string; id?: string }, void, void>;
+
+export interface ClientOptions {
+  /** Default: $SIDELOCK_ADDR, else http://127.0.0.1:7420. */
+  baseUrl?: string;
+  /** Sent as a bearer token when set. Default: $SIDELOCK_API_TOKEN. */
+  apiToken?: string;
+  /** Bounds each request, on top of the wait it asks for. Default 10000. */
+  timeoutMs?: number;
+}
+
+export interface AcquireOptions {
+  /** The lease's ttl (default: the sidecar's, 30s). */
+  ttl?: Duration;
+  /** How long to wait while another owner holds it (default: try once). */
+  wait?: Duration;
+  /** A label for humans, shown by inspect. */
+  owner?: string;
+  /** Ends the lease whatever happens, with a lost "max_hold". */
+  maxHold?: Duration;
+  /** A random UUID per logical operation: a retried acquire gets the same lease back. Not with hold. */
+  idempotencyKey?: string;
+  signal?: AbortSignal;
+}
+
+export interface LockOptions extends Omit<AcquireOptions, "idempotencyKey"> {
+  /** Hold the lock over an event stream instead of heartbeats. */
+  hold?: boolean;
+  /** Called once when the lock is lost, with the reason. */
+  onLost?: (reason: string) => void;
+}
+
+/** A lock kept alive until released. */
+export declare class KeptLock {
+  /** The latest lease: validUntil moves with each renewal. */
+  readonly lease: Lease;
+  readonly name: string;
+  readonly token: string;
+  readonly fence: number;
+  readonly validUntil: Date;
+  /** Aborts, with a LockLost, when the lock is lost (not when released). */
+  readonly signal: AbortSignal;
+  readonly lostReason: string | undefined;
+  readonly released: boolean;
+  /** True while the lock is held and validUntil has not passed. */
+  valid(): boolean;
+  /** Give the lock up (once; later calls do nothing). */
+  release(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+/** A lease extended by heartbeats. */
+export declare class HeartbeatLock extends KeptLock {}
+/** A lock held over a server-sent events stream. */
+export declare class HeldLock extends KeptLock {}
+
+/** A client of one sidecar. */
+export declare class Client {
+  constructor(options?: ClientOptions);
+  readonly baseUrl: string;
+  /** Take the lock; rejects with LockHeld when still held after the wait. */
+  acquire(name: string, options?: AcquireOptions): Promise<Lease>;
+  /** The heartbeat: push the lease out (by ttl when given). */
+  extend(name: string, token: string, options?: { ttl?: Duration; signal?: AbortSignal; timeoutMs?: number }): Promise<Lease>;
+  /** Give the lock up; rejects with LeaseGone if the token no longer held it. */
+  release(name: string, token: string, options?: { signal?: AbortSignal }): Promise<void>;
+  /** Who holds the lock now. */
+  inspect(name: string, options?: { signal?: AbortSignal }): Promise<Status>;
+  /** Acquire and keep the lock alive until released. */
+  lock(name: string, options?: LockOptions): Promise<KeptLock>;
+  /** Run fn holding the lock; released when fn settles. */
+  withLock<T>(name: string, options: LockOptions, fn: (lock: KeptLock) => T | Promise<T>): Promise<T>;
+}

@@ -1,0 +1,562 @@
+// sidelock: distributed locks from the pod's sidecar, for Node.js 18 and
+// later. No dependencies: the global fetch, AbortController and timers.
+// Types are in index.d.ts; docs/clients.md describes every call.
+
+/** Where the sidecar's lock API listens in a pod. */
+export const DEFAULT_ADDR = "http://127.0.0.1:7420";
+
+/** The shortest pause between two heartbeats, so a tiny ttl cannot spin. */
+const MIN_HEARTBEAT_MS = 50;
+
+// Errors: the class is chosen from the problem's stable code alone.
+
+/** Any error answered by the sidecar, or a failure to reach it (status 0). */
+export class SidelockError extends Error {
+  constructor(code, status, detail = "", retryAfterMs = undefined, problem = {}) {
+    super(`sidelock: ${status} ${code}: ${detail}`);
+    this.name = new.target.name;
+    this.code = code;
+    this.status = status;
+    this.detail = detail;
+    this.retryAfterMs = retryAfterMs;
+    this.problem = problem;
+  }
+}
+/** 409 lock_held: another owner holds the lock (after any wait). */
+export class LockHeld extends SidelockError {}
+/** 410 lease_gone: this token no longer holds the lock. */
+export class LeaseGone extends SidelockError {}
+/** 503: the sidecar cannot serve now (shutting down, masters too slow). */
+export class Unavailable extends SidelockError {}
+/** 503 no_quorum: fewer than a majority of masters answered. */
+export class NoQuorum extends Unavailable {}
+/** 429: overloaded or at a limit; retry after retryAfterMs. */
+export class Overloaded extends SidelockError {}
+/** 401 unauthorized: the sidecar requires its API token. */
+export class Unauthorized extends SidelockError {}
+/** 4xx: the request was refused as malformed (bad name, ttl, token...). */
+export class InvalidRequest extends SidelockError {}
+/** 422 idempotency_mismatch: the key was used with other parameters. */
+export class IdempotencyMismatch extends InvalidRequest {}
+/** The sidecar could not be reached in time, or its answer was not understood. */
+export class Unreachable extends SidelockError {}
+
+/** The reason a KeptLock's signal aborts with: the lock was lost. */
+export class LockLost extends Error {
+  constructor(reason) {
+    super(`sidelock: the lock was lost (${reason})`);
+    this.name = "LockLost";
+    this.reason = reason;
+  }
+}
+
+/** The one map from a problem code to its class; codes not listed fall
+ * back by prefix (invalid_*) or to SidelockError. */
+export const ERRORS_BY_CODE = Object.freeze({
+  lock_held: LockHeld,
+  lease_gone: LeaseGone,
+  no_quorum: NoQuorum,
+  shutting_down: Unavailable,
+  timeout: Unavailable,
+  overloaded: Overloaded,
+  too_many_locks: Overloaded,
+  too_many_waiters: Overloaded,
+  unauthorized: Unauthorized,
+  idempotency_mismatch: IdempotencyMismatch,
+  missing_token: InvalidRequest,
+  invalid_request: InvalidRequest,
+  ambiguous_framing: InvalidRequest,
+  body_too_large: InvalidRequest,
+  not_found: InvalidRequest,
+  method_not_allowed: InvalidRequest,
+});
+
+/** The typed error for a problem-details body answered with status. */
+export function errorFor(status, problem) {
+  const code = String(problem?.code || "http_error");
+  const Class = ERRORS_BY_CODE[code] ?? (code.startsWith("invalid_") ? InvalidRequest : SidelockError);
+  const retry = problem?.retry_after_ms;
+  return new Class(code, status, String(problem?.detail ?? ""), retry > 0 ? retry : undefined, problem ?? {});
+}
+
+// Durations and paths.
+
+/** A duration as the sidecar reads it: strings are Go durations ("30s",
+ * "1m30s") and pass as they are; numbers are seconds, sent to the ms. */
+export function goDuration(d) {
+  if (typeof d === "string") return d;
+  if (typeof d !== "number" || !(d >= 0)) throw new TypeError(`a duration is a Go duration string or seconds >= 0, got ${d}`);
+  return Number.isInteger(d) ? `${d}s` : `${Math.round(d * 1000)}ms`;
+}
+
+const UNIT_MS = { ns: 1e-6, us: 1e-3, "µs": 1e-3, "μs": 1e-3, ms: 1, s: 1000, m: 60000, h: 3600000 };
+
+/** A Go duration ("1m0s", "500ms") or seconds, in milliseconds. */
+export function durationMs(d) {
+  if (typeof d === "number") return d * 1000;
+  if (d === "0") return 0;
+  let total = 0;
+  let rest = d;
+  const part = /^(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)/;
+  for (let m = part.exec(rest); m && rest; m = part.exec(rest)) {
+    total += Number(m[1]) * UNIT_MS[m[2]];
+    rest = rest.slice(m[0].length);
+  }
+  if (rest !== "" || d === "") throw new TypeError(`not a Go duration: ${JSON.stringify(d)}`);
+  return total;
+}
+
+/**
+ * The URL path of a lock. The whole name is one escaped segment, its '/'
+ * sent as %2F (the sidecar decodes it once: "orders%2F42" is "orders/42"),
+ * because fetch's URL parser removes "." and ".." segments, escaped or
+ * not, and would silently name another lock: "a/../b" would lock "b".
+ * The sidecar refuses such names; only a name that is all one dot
+ * segment cannot reach it intact, so it is refused here.
+ */
+export function lockPath(name) {
+  if (name === "." || name === "..") throw new InvalidRequest("invalid_name", 0, `lock name ${JSON.stringify(name)} is a dot segment`);
+  return "/locks/" + encodeURIComponent(name);
+}
+
+/** The query of an acquire: durations always as Go duration strings. */
+function acquireQuery({ ttl, wait, owner, maxHold } = {}, hold = false) {
+  const q = new URLSearchParams();
+  if (ttl !== undefined) q.set("ttl", goDuration(ttl));
+  if (wait !== undefined) q.set("wait", goDuration(wait));
+  if (maxHold !== undefined) q.set("max_hold", goDuration(maxHold));
+  if (owner !== undefined) q.set("owner", owner);
+  if (hold) q.set("hold", "true");
+  return q;
+}
+
+// What the sidecar answers.
+
+function parseLease(b) {
+  return {
+    name: b.name,
+    token: b.token ?? "",
+    owner: b.owner ?? "",
+    ttl: b.ttl,
+    acquiredAt: new Date(b.acquired_at),
+    leaseExpiresAt: new Date(b.lease_expires_at),
+    // Date keeps milliseconds: the sidecar's nanoseconds are cut, never rounded up.
+    validUntil: new Date(b.valid_until),
+    fence: b.fence ?? 0,
+    maxHoldAt: b.max_hold_at ? new Date(b.max_hold_at) : undefined,
+  };
+}
+
+function parseStatus(b) {
+  return {
+    name: b.name,
+    held: Boolean(b.held),
+    owner: b.owner ?? "",
+    validUntil: b.valid_until ? new Date(b.valid_until) : undefined,
+    fence: b.fence,
+  };
+}
+
+/** Events of a text/event-stream body, as {event, data, id}. Comments
+ * and retry are skipped; data lines are joined with newlines. */
+export async function* readEvents(body) {
+  const decoder = new TextDecoder();
+  const reader = body.getReader();
+  let buffer = "";
+  let event = "";
+  let data = [];
+  let id;
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true });
+      let newline;
+      while ((newline = buffer.indexOf("\n")) >= 0) {
+        const line = buffer.slice(0, newline).replace(/\r$/, "");
+        buffer = buffer.slice(newline + 1);
+        if (line === "") {
+          if (data.length > 0) yield { event: event || "message", data: data.join("\n"), id };
+          event = "";
+          data = [];
+          continue;
+        }
+        if (line.startsWith(":")) continue;
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let value = colon < 0 ? "" : line.slice(colon + 1);
+        if (value.startsWith(" ")) value = value.slice(1);
+        if (field === "event") event = value;
+        else if (field === "data") data.push(value);
+        else if (field === "id") id = value;
+      }
+    }
+  } finally {
+    reader.releaseLock();
+  }
+}
+
+/** A signal that aborts when any of signals does, or after ms; done()
+ * drops the timer and listeners. (AbortSignal.any is not in Node 18.) */
+function linkedSignal(signals, ms) {
+  const controller = new AbortController();
+  const abort = (reason) => controller.abort(reason);
+  const listeners = [];
+  for (const s of signals) {
+    if (!s) continue;
+    if (s.aborted) abort(s.reason);
+    const onAbort = () => abort(s.reason);
+    s.addEventListener("abort", onAbort, { once: true });
+    listeners.push([s, onAbort]);
+  }
+  const timer = ms === undefined ? undefined : setTimeout(() => abort(new Unreachable("timeout", 0, `no answer within ${ms} ms`)), ms);
+  return {
+    signal: controller.signal,
+    done() {
+      clearTimeout(timer);
+      for (const [s, onAbort] of listeners) s.removeEventListener("abort", onAbort);
+    },
+  };
+}
+
+/** A client of one sidecar. */
+export class Client {
+  /**
+   * baseUrl defaults to $SIDELOCK_ADDR, else http://127.0.0.1:7420; apiToken
+   * to $SIDELOCK_API_TOKEN (sent only when set); timeoutMs bounds each
+   * request on top of the wait it asks for.
+   */
+  constructor({ baseUrl, apiToken, timeoutMs = 10000 } = {}) {
+    const env = globalThis.process?.env ?? {};
+    this.baseUrl = (baseUrl ?? env.SIDELOCK_ADDR ?? DEFAULT_ADDR).replace(/\/+$/, "");
+    this.apiToken = apiToken ?? (env.SIDELOCK_API_TOKEN || undefined);
+    this.timeoutMs = timeoutMs;
+  }
+
+  /** Take the lock, waiting up to opts.wait while another owner holds it;
+   * rejects with LockHeld when it is still held after the wait. */
+  async acquire(name, opts = {}) {
+    const headers = opts.idempotencyKey ? { "Idempotency-Key": opts.idempotencyKey } : {};
+    const res = await this.#call("POST", lockPath(name), acquireQuery(opts), headers, this.#waitBudget(opts.wait), opts.signal);
+    return parseLease(await res.json());
+  }
+
+  /** The heartbeat: push the lease out (by opts.ttl when given). */
+  async extend(name, token, { ttl, signal, timeoutMs } = {}) {
+    const q = new URLSearchParams();
+    if (ttl !== undefined) q.set("ttl", goDuration(ttl));
+    const res = await this.#call("PUT", lockPath(name), q, { "Lock-Token": token }, timeoutMs ?? this.timeoutMs, signal);
+    return parseLease(await res.json());
+  }
+
+  /** Give the lock up; rejects with LeaseGone if the token no longer held it. */
+  async release(name, token, { signal } = {}) {
+    const res = await this.#call("DELETE", lockPath(name), undefined, { "Lock-Token": token }, this.timeoutMs, signal);
+    await res.arrayBuffer();
+  }
+
+  /** Who holds the lock now, read from the masters (never the token). */
+  async inspect(name, { signal } = {}) {
+    const res = await this.#call("GET", lockPath(name), undefined, {}, this.timeoutMs, signal);
+    return parseStatus(await res.json());
+  }
+
+  /**
+   * Acquire name and keep it until released: heartbeats at a third of the
+   * shorter of its ttl and its validity, or with opts.hold held over a
+   * server-sent events stream (no heartbeats; the sidecar releases it the
+   * moment the connection closes, even if this process is killed). When
+   * the lock is lost, its signal aborts and opts.onLost(reason) is called
+   * once; it is never taken again behind the caller's back.
+   */
+  async lock(name, opts = {}) {
+    if (opts.hold) return HeldLock.open(this, name, opts);
+    return new HeartbeatLock(this, await this.acquire(name, opts), opts.onLost);
+  }
+
+  /** Run fn(lock) holding name; the lock is released when fn settles. */
+  async withLock(name, opts, fn) {
+    const lock = await this.lock(name, opts);
+    try {
+      return await fn(lock);
+    } finally {
+      await lock.release();
+    }
+  }
+
+  #waitBudget(wait) {
+    return this.timeoutMs + (wait === undefined ? 0 : durationMs(wait));
+  }
+
+  #url(path, query) {
+    const q = query?.toString();
+    return this.baseUrl + path + (q ? "?" + q : "");
+  }
+
+  #headers(extra) {
+    return this.apiToken ? { ...extra, Authorization: `Bearer ${this.apiToken}` } : extra;
+  }
+
+  /** One request; a non-2xx answer rejects with its typed error. */
+  async #call(method, path, query, headers, timeoutMs, signal) {
+    const linked = linkedSignal([signal], timeoutMs);
+    try {
+      const res = await this.#fetch(method, path, query, headers, linked.signal, signal);
+      if (res.status >= 300) throw await problemError(res);
+      return res;
+    } finally {
+      linked.done();
+    }
+  }
+
+  async #fetch(method, path, query, headers, signal, callerSignal) {
+    try {
+      return await fetch(this.#url(path, query), { method, headers: this.#headers(headers), signal });
+    } catch (e) {
+      if (callerSignal?.aborted) throw callerSignal.reason;
+      if (signal.reason instanceof SidelockError) throw signal.reason;
+      throw new Unreachable("unreachable", 0, `${method} ${path}: ${e?.cause?.message ?? e?.message ?? e}`);
+    }
+  }
+
+  /** POST ?hold=true, answered with an event stream left open for reading.
+   * The stream outlives the acquire, so it is aborted by stream, which the
+   * caller's signal and the acquire's timeout abort until stop(). */
+  async _openHold(name, opts, stream) {
+    const linked = linkedSignal([opts.signal], this.#waitBudget(opts.wait));
+    const stop = () => linked.done();
+    linked.signal.addEventListener("abort", () => stream.abort(linked.signal.reason), { once: true });
+    // Connection: close keeps the stream's connection out of fetch's pool:
+    // it ends with the lock, and is never reused for another request.
+    const res = await this.#fetch("POST", lockPath(name), acquireQuery(opts, true), { Connection: "close" }, stream.signal, opts.signal).catch((e) => {
+      stop();
+      throw e;
+    });
+    if (res.status >= 300) {
+      stop();
+      throw await problemError(res);
+    }
+    if (res.status !== 200 || !(res.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
+      stop();
+      stream.abort();
+      throw new Unreachable("unexpected_answer", res.status, `POST ${lockPath(name)}: not an event stream`);
+    }
+    return { res, stop };
+  }
+}
+
+async function problemError(res) {
+  const text = await res.text().catch(() => "");
+  let problem;
+  try {
+    problem = JSON.parse(text);
+  } catch {
+    problem = undefined;
+  }
+  if (!problem || typeof problem !== "object" || !problem.code) problem = { code: "http_error", detail: text.trim().slice(0, 512) };
+  return errorFor(res.status, problem);
+}
+
+/** Why a lease whose validUntil passed without news ended: its max_hold
+ * if that is what capped the validity, else "expired". */
+function expiryReason(lease) {
+  return lease.maxHoldAt && lease.validUntil >= lease.maxHoldAt ? "max_hold" : "expired";
+}
+
+/**
+ * A lock kept alive until released. Check valid() before acting; signal
+ * aborts (with a LockLost whose reason says why) when the lock is lost:
+ * the sidecar said so ("lost", "max_hold", "expired", "shutdown",
+ * "released" by someone else), a heartbeat was refused ("lease_gone"),
+ * the held stream broke ("disconnected"), or validUntil passed without a
+ * renewal ("expired", or "max_hold" when that capped it). Releasing does
+ * not abort it.
+ */
+export class KeptLock {
+  #lost = new AbortController();
+  #onLost;
+  released = false;
+  lostReason = undefined;
+
+  constructor(client, lease, onLost) {
+    this.client = client;
+    this.lease = lease;
+    this.#onLost = onLost;
+  }
+
+  get name() {
+    return this.lease.name;
+  }
+  get token() {
+    return this.lease.token;
+  }
+  /** The grant's fencing token (docs/fencing.md): pass it along. */
+  get fence() {
+    return this.lease.fence;
+  }
+  /** Act on the lock only before this instant. */
+  get validUntil() {
+    return this.lease.validUntil;
+  }
+  /** Aborts when the lock is lost. */
+  get signal() {
+    return this.#lost.signal;
+  }
+
+  /** True while the lock is held and its validUntil has not passed. */
+  valid() {
+    return !this.#lost.signal.aborted && !this.released && Date.now() < this.lease.validUntil.getTime();
+  }
+
+  _markLost(reason) {
+    if (this.#lost.signal.aborted || this.released) return;
+    this.lostReason = reason;
+    this.#lost.abort(new LockLost(reason));
+    this.#onLost?.(reason);
+  }
+}
+
+if (typeof Symbol.asyncDispose === "symbol") {
+  // `await using lock = await client.lock(...)` releases at the block's end.
+  KeptLock.prototype[Symbol.asyncDispose] = function () {
+    return this.release();
+  };
+}
+
+/** A lease extended at a third of the shorter of its ttl and its
+ * validity, so two heartbeats can fail before either runs out. */
+export class HeartbeatLock extends KeptLock {
+  #timer;
+  #beating = Promise.resolve();
+
+  constructor(client, lease, onLost) {
+    super(client, lease, onLost);
+    this.#schedule(this.#interval());
+  }
+
+  async release() {
+    if (this.released) return;
+    this.released = true;
+    clearTimeout(this.#timer);
+    await this.#beating; // at most one extend in flight, bounded by the validity left
+    try {
+      await this.client.release(this.name, this.token);
+    } catch (e) {
+      if (!(e instanceof LeaseGone)) throw e; // gone already: nothing to give up
+    }
+  }
+
+  #interval() {
+    const validity = this.lease.validUntil.getTime() - Date.now();
+    return Math.max(Math.min(durationMs(this.lease.ttl), validity) / 3, MIN_HEARTBEAT_MS);
+  }
+
+  #schedule(ms) {
+    // unref: a forgotten lock does not keep the process alive; its lease lapses.
+    this.#timer = setTimeout(() => (this.#beating = this.#beat(ms)), ms);
+    this.#timer.unref?.();
+  }
+
+  async #beat(lastDelay) {
+    if (this.released) return;
+    const left = this.lease.validUntil.getTime() - Date.now();
+    if (left <= 0) return this._markLost(expiryReason(this.lease));
+    try {
+      const lease = await this.client.extend(this.name, this.token, { timeoutMs: left });
+      if (this.released) return;
+      this.lease = lease;
+      this.#schedule(this.#interval());
+    } catch (e) {
+      if (this.released) return;
+      if (e instanceof LeaseGone) return this._markLost("lease_gone");
+      this.#schedule(Math.max(Math.min(lastDelay, left / 3), MIN_HEARTBEAT_MS)); // retry sooner, until validUntil
+    }
+  }
+}
+
+/**
+ * A lock held over a server-sent events stream (POST ?hold=true). Each
+ * "renewed" moves validUntil; a final "lost" or "released" (not asked
+ * for), a stream that ends, or silence past validUntil marks it lost and
+ * closes the stream. It never reconnects: a new stream would be a new
+ * acquisition.
+ */
+export class HeldLock extends KeptLock {
+  #stream;
+  #watchdog;
+  #reading;
+
+  static async open(client, name, opts) {
+    const stream = new AbortController();
+    const { res, stop } = await client._openHold(name, opts, stream);
+    const events = readEvents(res.body);
+    let first;
+    try {
+      first = (await events.next()).value;
+      if (first?.event !== "acquired") throw new Unreachable("unexpected_answer", 200, `the held stream opened with ${first?.event}, not acquired`);
+      return new HeldLock(client, parseLease(JSON.parse(first.data)), opts.onLost, stream, events);
+    } catch (e) {
+      if (opts.signal?.aborted) throw opts.signal.reason;
+      if (stream.signal.reason instanceof SidelockError) throw stream.signal.reason; // the acquire's timeout
+      stream.abort();
+      if (e instanceof SidelockError) throw e;
+      throw new Unreachable("unreachable", 0, `reading the held stream: ${e?.message ?? e}`);
+    } finally {
+      stop();
+    }
+  }
+
+  constructor(client, lease, onLost, stream, events) {
+    super(client, lease, onLost);
+    this.#stream = stream;
+    this.#arm();
+    this.#reading = this.#read(events);
+  }
+
+  async release() {
+    if (this.released) return;
+    this.released = true;
+    try {
+      await this.client.release(this.name, this.token); // frees it now; closing would too, a moment later
+    } catch {
+      // already ended, or the sidecar unreachable: closing the stream releases
+    } finally {
+      this.#close();
+      await this.#reading;
+    }
+  }
+
+  #arm() {
+    clearTimeout(this.#watchdog);
+    this.#watchdog = setTimeout(() => {
+      this._markLost(expiryReason(this.lease));
+      this.#close();
+    }, Math.max(this.lease.validUntil.getTime() - Date.now(), 0));
+    this.#watchdog.unref?.();
+  }
+
+  async #read(events) {
+    try {
+      for await (const { event, data } of events) {
+        const payload = JSON.parse(data);
+        if (event === "renewed" || event === "expiring") {
+          this.lease = { ...this.lease, validUntil: new Date(payload.valid_until) };
+          this.#arm();
+        } else if (event === "lost" || event === "released") {
+          this._markLost(payload.reason || event);
+          return;
+        }
+      }
+      this._markLost("disconnected");
+    } catch {
+      this._markLost("disconnected");
+    } finally {
+      this.#close();
+    }
+  }
+
+  #close() {
+    clearTimeout(this.#watchdog);
+    this.#stream.abort();
+  }
+}

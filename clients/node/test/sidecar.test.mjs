@@ -1,0 +1,176 @@
+// The client against a real sidecar at $SIDELOCK_ADDR (clients_test.go
+// starts one over three real redis-server masters).
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { describe, test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
+
+import { Client, IdempotencyMismatch, InvalidRequest, LeaseGone, LockHeld, LockLost, Unreachable } from "../index.js";
+
+const unique = (prefix) => `node/${prefix}/${randomUUID().slice(0, 12)}`;
+const client = new Client({ timeoutMs: 10000 });
+
+describe("against a sidecar", { skip: !process.env.SIDELOCK_ADDR && "needs a sidecar at $SIDELOCK_ADDR" }, () => {
+  test("acquire, inspect, extend, release", async () => {
+    const name = unique("basic");
+    const lease = await client.acquire(name, { ttl: "30s", owner: "node-test" });
+    assert.deepEqual([lease.name, lease.owner, lease.ttl, lease.token.length], [name, "node-test", "30s", 32]);
+    assert.ok(lease.fence > 0 && Number.isSafeInteger(lease.fence));
+    assert.ok(lease.validUntil.getTime() > Date.now());
+    const status = await client.inspect(name);
+    assert.deepEqual([status.held, status.owner, status.fence], [true, "node-test", lease.fence]);
+    const extended = await client.extend(name, lease.token, { ttl: 60 });
+    assert.deepEqual([extended.token, extended.ttl, extended.fence], [lease.token, "1m0s", lease.fence]);
+    await client.release(name, lease.token);
+    assert.equal((await client.inspect(name)).held, false);
+    await assert.rejects(client.extend(name, lease.token), (e) => e instanceof LeaseGone && e.code === "lease_gone" && e.status === 410);
+  });
+
+  test("a held lock is LockHeld", async () => {
+    const name = unique("conflict");
+    const lease = await client.acquire(name, { ttl: "30s" });
+    await assert.rejects(client.acquire(name), (e) => e instanceof LockHeld && e.status === 409 && e.detail !== "" && e.retryAfterMs > 0);
+    await client.release(name, lease.token);
+  });
+
+  test("bad input is InvalidRequest", async () => {
+    await assert.rejects(client.acquire("orders/../42"), (e) => e instanceof InvalidRequest && e.code === "invalid_name" && e.status === 400);
+    await assert.rejects(client.acquire(unique("ttl"), { ttl: "soon" }), (e) => e instanceof InvalidRequest && e.code === "invalid_ttl");
+    await assert.rejects(client.extend(unique("token"), "not-a-token"), (e) => e instanceof InvalidRequest && e.code === "invalid_token");
+  });
+
+  test("an unreachable sidecar is Unreachable", async () => {
+    await assert.rejects(new Client({ baseUrl: "http://127.0.0.1:9", timeoutMs: 2000 }).inspect("x"), (e) => e instanceof Unreachable && e.status === 0);
+  });
+
+  test("an idempotent acquire returns the same lease", async () => {
+    const name = unique("idem");
+    const key = randomUUID();
+    const first = await client.acquire(name, { ttl: "30s", idempotencyKey: key });
+    const again = await client.acquire(name, { ttl: "30s", idempotencyKey: key });
+    assert.equal(again.token, first.token);
+    await assert.rejects(client.acquire(name, { ttl: "31s", idempotencyKey: key }), (e) => e instanceof IdempotencyMismatch && e.status === 422);
+    await client.release(name, first.token);
+  });
+
+  test("a wait is granted when the holder releases", async () => {
+    const name = unique("wait");
+    const first = await client.acquire(name, { ttl: "30s" });
+    const releasing = sleep(500).then(() => client.release(name, first.token));
+    const started = Date.now();
+    const second = await client.acquire(name, { wait: "20s" });
+    const waited = Date.now() - started;
+    await releasing;
+    assert.ok(waited >= 400 && waited < 15000, `waited ${waited} ms`);
+    assert.notEqual(second.token, first.token);
+    assert.ok(second.fence > first.fence, "fences only grow");
+    await client.release(name, second.token);
+  });
+
+  test("withLock releases when fn throws", async () => {
+    const name = unique("scoped");
+    let kept;
+    await assert.rejects(
+      client.withLock(name, { ttl: "30s" }, async (lock) => {
+        kept = lock;
+        assert.ok(lock.valid());
+        assert.equal((await client.inspect(name)).held, true);
+        throw new Error("the work failed");
+      }),
+      /the work failed/,
+    );
+    assert.equal((await client.inspect(name)).held, false);
+    assert.equal(kept.signal.aborted, false, "released, not lost");
+    const again = await client.acquire(name);
+    await client.release(name, again.token);
+  });
+
+  test("Symbol.asyncDispose releases (what await using calls)", { skip: typeof Symbol.asyncDispose !== "symbol" && "no Symbol.asyncDispose" }, async () => {
+    const name = unique("dispose");
+    const lock = await client.lock(name, { ttl: "30s" });
+    await lock[Symbol.asyncDispose]();
+    assert.equal((await client.inspect(name)).held, false);
+  });
+
+  test("a scoped lock outlives its ttl", async () => {
+    const name = unique("heartbeat");
+    await client.withLock(name, { ttl: "2s" }, async (lock) => {
+      const firstValidUntil = lock.validUntil;
+      await sleep(5000); // two and a half ttls: only the heartbeats keep it
+      assert.ok(lock.valid(), lock.lostReason);
+      assert.ok(lock.validUntil > firstValidUntil);
+      const status = await client.inspect(name);
+      assert.deepEqual([status.held, status.fence], [true, lock.fence]);
+      await assert.rejects(client.acquire(name), LockHeld);
+    });
+    assert.equal((await client.inspect(name)).held, false);
+  });
+
+  test("a scoped lock reports max_hold as lost", async () => {
+    const name = unique("heartbeat-max-hold");
+    const reasons = [];
+    const lock = await client.lock(name, { ttl: "30s", maxHold: "2s", onLost: (r) => reasons.push(r) });
+    await abortedWithin(lock.signal, 15000);
+    assert.ok(["max_hold", "lease_gone"].includes(lock.lostReason), lock.lostReason);
+    assert.deepEqual(reasons, [lock.lostReason]);
+    assert.ok(lock.signal.reason instanceof LockLost);
+    assert.equal(lock.valid(), false);
+    await lock.release(); // gone already: no error
+    assert.equal((await client.inspect(name)).held, false);
+  });
+
+  test("a held lock is kept without heartbeats", async () => {
+    const name = unique("hold");
+    await client.withLock(name, { hold: true, ttl: "2s" }, async (held) => {
+      const firstValidUntil = held.validUntil;
+      assert.equal(held.token.length, 32);
+      assert.ok(held.fence > 0);
+      await sleep(3000); // past the ttl: renewed by the sidecar while the stream is open
+      assert.ok(held.valid(), held.lostReason);
+      assert.ok(held.validUntil > firstValidUntil);
+      await assert.rejects(client.acquire(name), LockHeld);
+    });
+    assert.equal((await client.inspect(name)).held, false);
+  });
+
+  test("a held lock lost at max_hold aborts its signal and is never taken again", async () => {
+    const name = unique("hold-max-hold");
+    const reasons = [];
+    const held = await client.lock(name, { hold: true, maxHold: "2s", onLost: (r) => reasons.push(r) });
+    assert.ok(held.lease.maxHoldAt instanceof Date);
+    await abortedWithin(held.signal, 15000);
+    assert.equal(held.lostReason, "max_hold");
+    assert.equal(held.signal.reason.reason, "max_hold");
+    assert.deepEqual(reasons, ["max_hold"]);
+    assert.equal(held.valid(), false);
+    await sleep(1500); // a reconnecting client would have taken it again by now
+    assert.equal((await client.inspect(name)).held, false);
+    const other = await client.acquire(name, { ttl: "30s" });
+    assert.ok(other.fence > held.fence);
+    await held.release(); // must not touch the new holder's lease
+    assert.equal((await client.inspect(name)).fence, other.fence);
+    await client.release(name, other.token);
+  });
+
+  test("a held lock waits for the holder; a caller's abort stops the wait", async () => {
+    const name = unique("hold-wait");
+    const first = await client.acquire(name, { ttl: "30s" });
+    const abort = new AbortController();
+    setTimeout(() => abort.abort(new Error("gave up")), 300);
+    await assert.rejects(client.lock(name, { hold: true, wait: "20s", signal: abort.signal }), /gave up/);
+    const releasing = sleep(300).then(() => client.release(name, first.token));
+    const held = await client.lock(name, { hold: true, wait: "20s" });
+    await releasing;
+    assert.ok(held.fence > first.fence);
+    await held.release();
+    assert.equal((await client.inspect(name)).held, false);
+  });
+});
+
+async function abortedWithin(signal, ms) {
+  if (signal.aborted) return;
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`signal not aborted within ${ms} ms`)), ms);
+    signal.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
+  });
+}

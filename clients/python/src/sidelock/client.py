@@ -1,0 +1,185 @@
+"""The client of a sidelock sidecar's lock API (docs/api.md)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import urllib.parse
+from typing import Callable, Dict, Optional, Tuple
+
+from .errors import SidelockError, Unreachable, error_for
+from .keep import HeartbeatLock, HeldLock, KeptLock
+from .models import Lease, Status
+from .times import Duration, go_duration, seconds
+
+#: Where the sidecar's lock API listens in a pod.
+DEFAULT_ADDR = "http://127.0.0.1:7420"
+
+
+def lock_path(name: str) -> str:
+    """The URL path of a lock: each '/'-separated segment escaped on its
+    own, so '/' stays the separator and anything else that means something
+    in a URL ('?', '#', '%') reaches the sidecar as part of the name, which
+    refuses it, instead of naming another lock (as pkg/client does)."""
+    return "/locks/" + "/".join(urllib.parse.quote(s, safe="") for s in name.split("/"))
+
+
+class Client:
+    """A client of one sidecar.
+
+    ``base_url`` defaults to $SIDELOCK_ADDR, else http://127.0.0.1:7420;
+    ``api_token`` to $SIDELOCK_API_TOKEN (sent only when set). ``timeout``
+    bounds each request, in seconds, on top of the ``wait`` it asks for.
+    """
+
+    def __init__(self, base_url: Optional[str] = None, *, api_token: Optional[str] = None,
+                 timeout: float = 10.0) -> None:
+        url = urllib.parse.urlsplit((base_url or os.environ.get("SIDELOCK_ADDR") or DEFAULT_ADDR).rstrip("/"))
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
+        self._url = url
+        self._api_token = api_token if api_token is not None else os.environ.get("SIDELOCK_API_TOKEN") or None
+        self.timeout = timeout
+
+    # The lock API, one request each.
+
+    def acquire(self, name: str, *, ttl: Optional[Duration] = None, wait: Optional[Duration] = None,
+                owner: Optional[str] = None, max_hold: Optional[Duration] = None,
+                idempotency_key: Optional[str] = None) -> Lease:
+        """Take the lock, waiting up to ``wait`` while another owner holds it.
+
+        Raises LockHeld when it is still held after the wait. With an
+        ``idempotency_key`` (a random UUID per logical operation), a retry
+        whose first answer was lost gets the same lease back.
+        """
+        query = acquire_query(ttl=ttl, wait=wait, owner=owner, max_hold=max_hold)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        _, body = self._call("POST", lock_path(name), query, headers, self._wait_budget(wait))
+        return Lease.from_json(json.loads(body))
+
+    def extend(self, name: str, token: str, *, ttl: Optional[Duration] = None,
+               timeout: Optional[float] = None) -> Lease:
+        """The heartbeat: push the lease out (by ``ttl`` when given); the
+        answer carries a fresh ``valid_until``. Raises LeaseGone once the
+        token no longer holds the lock."""
+        query = {"ttl": go_duration(ttl)} if ttl is not None else {}
+        _, body = self._call("PUT", lock_path(name), query, {"Lock-Token": token}, timeout=timeout)
+        return Lease.from_json(json.loads(body))
+
+    def release(self, name: str, token: str) -> None:
+        """Give the lock up. Raises LeaseGone if the token no longer held it."""
+        self._call("DELETE", lock_path(name), {}, {"Lock-Token": token})
+
+    def inspect(self, name: str) -> Status:
+        """Who holds the lock now, read from the masters."""
+        _, body = self._call("GET", lock_path(name), {}, {})
+        return Status.from_json(json.loads(body))
+
+    # Locks kept alive for the caller (keep.py).
+
+    def lock(self, name: str, *, ttl: Optional[Duration] = None, wait: Optional[Duration] = None,
+             owner: Optional[str] = None, max_hold: Optional[Duration] = None, hold: bool = False,
+             on_lost: Optional[Callable[[str], None]] = None) -> KeptLock:
+        """Acquire ``name`` and keep it until released; use it with ``with``.
+
+        By default a background thread heartbeats (extends) the lease at a
+        third of the shorter of its ttl and its validity. With
+        ``hold=True`` the lock is held over a server-sent events stream
+        instead: no heartbeats, and the sidecar releases it the moment the
+        connection closes, even if this process is killed.
+
+        The lock may still be lost (quorum lost, max_hold reached, the
+        sidecar stopping): then ``lost`` is set and ``on_lost(reason)`` is
+        called once, from the keeper's thread. The lock is never taken
+        again behind the caller's back. Leaving the ``with`` block (also by
+        an exception) releases the lock.
+        """
+        if hold:
+            return HeldLock(self, lock_path(name), acquire_query(ttl=ttl, wait=wait, owner=owner, max_hold=max_hold, hold=True),
+                            self._wait_budget(wait), on_lost)
+        lease = self.acquire(name, ttl=ttl, wait=wait, owner=owner, max_hold=max_hold)
+        return HeartbeatLock(self, lease, on_lost)
+
+    # HTTP.
+
+    def _wait_budget(self, wait: Optional[Duration]) -> float:
+        """The request timeout of an acquire that may wait."""
+        return self.timeout + (seconds(wait) if wait is not None else 0.0)
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self._url.scheme == "https" else http.client.HTTPConnection
+        return cls(self._url.hostname or "", self._url.port, timeout=timeout)
+
+    def _target(self, path: str, query: Dict[str, str]) -> str:
+        target = self._url.path + path
+        return target + "?" + urllib.parse.urlencode(query) if query else target
+
+    def _headers(self, extra: Dict[str, str]) -> Dict[str, str]:
+        headers = dict(extra)
+        if self._api_token:
+            headers["Authorization"] = "Bearer " + self._api_token
+        return headers
+
+    def _call(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str],
+              timeout: Optional[float] = None) -> Tuple[int, bytes]:
+        """One request on a fresh connection; a non-2xx answer raises its
+        typed error."""
+        conn = self._connection(timeout if timeout is not None else self.timeout)
+        try:
+            conn.request(method, self._target(path, query), headers=self._headers(headers))
+            res = conn.getresponse()
+            body = res.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise Unreachable("unreachable", 0, f"{method} {path}: {e}") from e
+        finally:
+            conn.close()
+        if res.status >= 300:
+            raise problem_error(res.status, body)
+        return res.status, body
+
+    def _open_stream(self, path: str, query: Dict[str, str], headers: Dict[str, str],
+                     timeout: float) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, socket.socket]:
+        """POST or GET that answers an event stream, left open for reading;
+        with its socket, whose timeout the reader moves."""
+        method = "POST" if query.get("hold") == "true" else "GET"
+        conn = self._connection(timeout)
+        try:
+            conn.request(method, self._target(path, query), headers=self._headers(headers))
+            sock = conn.sock  # before getresponse, which may hand it to the response
+            res = conn.getresponse()
+            if res.status >= 300:
+                raise problem_error(res.status, res.read())
+            if res.status != 200 or not (res.getheader("Content-Type") or "").startswith("text/event-stream"):
+                raise Unreachable("unexpected_answer", res.status, f"{method} {path}: not an event stream")
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise Unreachable("unreachable", 0, f"{method} {path}: {e}") from e
+        except SidelockError:
+            conn.close()
+            raise
+        return conn, res, sock
+
+
+def acquire_query(*, ttl: Optional[Duration] = None, wait: Optional[Duration] = None, owner: Optional[str] = None,
+                  max_hold: Optional[Duration] = None, hold: bool = False) -> Dict[str, str]:
+    """The query of an acquire: durations always as Go duration strings."""
+    query = {k: go_duration(v) for k, v in (("ttl", ttl), ("wait", wait), ("max_hold", max_hold)) if v is not None}
+    if owner is not None:
+        query["owner"] = owner
+    if hold:
+        query["hold"] = "true"
+    return query
+
+
+def problem_error(status: int, body: bytes) -> SidelockError:
+    """The typed error of a non-2xx answer (problem details, or not)."""
+    try:
+        problem = json.loads(body)
+    except ValueError:
+        problem = None
+    if not isinstance(problem, dict) or not problem.get("code"):
+        problem = {"code": "http_error", "detail": body.decode("utf-8", "replace").strip()[:512]}
+    return error_for(status, problem)
+

@@ -1,0 +1,233 @@
+"""Locks kept alive for the caller until released: by heartbeats, or held
+over an event stream. Client.lock makes them."""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import socket
+import threading
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, Optional, Type
+
+from .errors import LeaseGone, SidelockError, Unreachable
+from .models import Lease
+from .sse import Event, read_events
+from .times import now, parse_time, seconds
+
+if TYPE_CHECKING:
+    from .client import Client
+
+#: The shortest pause between two heartbeats, so a tiny ttl cannot spin.
+MIN_HEARTBEAT = 0.05
+
+
+def expiry_reason(lease: Lease) -> str:
+    """Why a lease whose valid_until passed without news ended: its
+    max_hold if that is what capped the validity, else "expired"."""
+    if lease.max_hold_at is not None and lease.valid_until >= lease.max_hold_at:
+        return "max_hold"
+    return "expired"
+
+
+class KeptLock:
+    """A lock kept alive until released; a context manager.
+
+    ``valid()`` is the check to make before acting: the lock was not lost
+    and its ``valid_until`` has not passed. ``lost`` (a threading.Event)
+    is set, and ``on_lost(reason)`` called once, when the lock is lost:
+    the sidecar said so ("lost", "max_hold", "expired", "shutdown",
+    "released" by someone else), a heartbeat was refused ("lease_gone"),
+    the held stream broke ("disconnected"), or ``valid_until`` passed
+    without a renewal ("expired", or "max_hold" when that capped it).
+    ``lost_reason`` says which. Releasing sets neither.
+    """
+
+    def __init__(self, client: "Client", lease: Lease, on_lost: Optional[Callable[[str], None]]) -> None:
+        self._client = client
+        self._lease = lease
+        self._on_lost = on_lost
+        self._mu = threading.Lock()
+        self._released = threading.Event()
+        self.lost = threading.Event()
+        self.lost_reason: Optional[str] = None
+
+    @property
+    def lease(self) -> Lease:
+        """The latest lease: its valid_until moves with each renewal."""
+        with self._mu:
+            return self._lease
+
+    @property
+    def name(self) -> str:
+        return self._lease.name
+
+    @property
+    def token(self) -> str:
+        return self._lease.token
+
+    @property
+    def fence(self) -> int:
+        """The grant's fencing token (docs/fencing.md): pass it along."""
+        return self._lease.fence
+
+    @property
+    def valid_until(self) -> datetime:
+        """Act on the lock only before this instant (UTC)."""
+        return self.lease.valid_until
+
+    def valid(self) -> bool:
+        """True while the lock is held and its valid_until has not passed."""
+        return not self.lost.is_set() and not self._released.is_set() and now() < self.valid_until
+
+    def release(self) -> None:
+        """Give the lock up (once; later calls do nothing)."""
+        raise NotImplementedError
+
+    def _set_lease(self, lease: Lease) -> None:
+        with self._mu:
+            self._lease = lease
+
+    def _mark_lost(self, reason: str) -> None:
+        with self._mu:
+            if self.lost.is_set() or self._released.is_set():
+                return
+            self.lost_reason = reason
+            self.lost.set()
+        if self._on_lost is not None:
+            self._on_lost(reason)
+
+    def __enter__(self) -> "KeptLock":
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.release()
+
+
+class HeartbeatLock(KeptLock):
+    """A lease extended by a background thread at a third of the shorter
+    of its ttl and its validity, so two heartbeats can fail before
+    either runs out."""
+
+    def __init__(self, client: "Client", lease: Lease, on_lost: Optional[Callable[[str], None]]) -> None:
+        super().__init__(client, lease, on_lost)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"sidelock heartbeat {lease.name}", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        if self._released.is_set():
+            return
+        self._released.set()
+        self._stop.set()
+        self._thread.join()  # at most one extend in flight, bounded by the validity left
+        try:
+            self._client.release(self.name, self.token)
+        except LeaseGone:
+            pass  # it had ended already: nothing to give up
+
+    def _interval(self) -> float:
+        lease = self.lease
+        validity = (lease.valid_until - now()).total_seconds()
+        return max(min(seconds(lease.ttl), validity) / 3, MIN_HEARTBEAT)
+
+    def _beat(self) -> None:
+        delay = self._interval()
+        while not self._stop.wait(delay):
+            left = (self.valid_until - now()).total_seconds()
+            if left <= 0:
+                self._mark_lost(expiry_reason(self.lease))
+                return
+            try:
+                lease = self._client.extend(self.name, self.token, timeout=left)
+            except LeaseGone:
+                self._mark_lost("lease_gone")
+                return
+            except SidelockError:
+                delay = max(min(delay, left / 3), MIN_HEARTBEAT)  # retry sooner, until valid_until
+                continue
+            self._set_lease(lease)
+            delay = self._interval()
+
+
+class HeldLock(KeptLock):
+    """A lock held over a server-sent events stream (POST ?hold=true).
+
+    A reader thread follows the stream: each "renewed" moves valid_until,
+    a final "lost" or "released" (not asked for) marks the lock lost, and
+    so does a stream that ends or stays silent past valid_until. It never
+    reconnects: a new stream would be a new acquisition.
+    """
+
+    def __init__(self, client: "Client", path: str, query: Dict[str, str], budget: float,
+                 on_lost: Optional[Callable[[str], None]]) -> None:
+        self._deadline: Optional[datetime] = None  # reads time out at valid_until once held
+        self._conn, self._res, self._sock = client._open_stream(path, query, {}, budget)
+        try:
+            self._events: Iterator[Event] = read_events(self._readline)
+            first = next(self._events, None)
+            if first is None or first.event != "acquired":
+                raise Unreachable("unexpected_answer", 200, f"the held stream opened with {first!r}, not acquired")
+            lease = Lease.from_json(json.loads(first.data))
+        except (OSError, ValueError, http.client.HTTPException) as e:
+            self._close()
+            raise Unreachable("unreachable", 0, f"reading the held stream: {e}") from e
+        except SidelockError:
+            self._close()
+            raise
+        super().__init__(client, lease, on_lost)
+        self._deadline = lease.valid_until
+        self._thread = threading.Thread(target=self._read, name=f"sidelock hold {lease.name}", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        if self._released.is_set():
+            return
+        self._released.set()
+        try:
+            self._client.release(self.name, self.token)  # frees it now; closing would too, a moment later
+        except SidelockError:
+            pass  # already ended, or the sidecar unreachable: closing the stream releases
+        finally:
+            self._wake()
+            self._thread.join()  # the reader closes the stream
+
+    def _readline(self) -> bytes:
+        if self._deadline is not None:
+            self._sock.settimeout(max((self._deadline - now()).total_seconds(), 0.001))
+        return self._res.readline()
+
+    def _read(self) -> None:
+        try:
+            for event in self._events:
+                data = json.loads(event.data)
+                if event.event in ("renewed", "expiring"):
+                    valid_until = parse_time(data["valid_until"])
+                    self._set_lease(dataclasses.replace(self.lease, valid_until=valid_until))
+                    self._deadline = valid_until
+                elif event.event in ("lost", "released"):
+                    self._mark_lost(data.get("reason") or event.event)
+                    return
+            self._mark_lost("disconnected")
+        except socket.timeout:
+            self._mark_lost(expiry_reason(self.lease))
+        except (OSError, ValueError, KeyError, http.client.HTTPException):
+            self._mark_lost("disconnected")
+        finally:
+            self._close()
+
+    def _wake(self) -> None:
+        """Ends the connection under a reader blocked on it, which then
+        closes the stream: only the reader's thread touches the response."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _close(self) -> None:
+        self._wake()
+        self._res.close()
+        self._conn.close()

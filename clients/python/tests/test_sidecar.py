@@ -1,0 +1,172 @@
+"""The client against a real sidecar at $SIDELOCK_ADDR (clients_test.go
+starts one over three real redis-server masters)."""
+
+import os
+import threading
+import time
+import unittest
+import uuid
+from typing import List
+
+from sidelock import (Client, IdempotencyMismatch, InvalidRequest, LeaseGone, LockHeld, SidelockError,
+                      Unreachable)
+from sidelock.times import now
+
+
+def unique(prefix: str) -> str:
+    """A lock name of this test alone."""
+    return f"py/{prefix}/{uuid.uuid4().hex[:12]}"
+
+
+@unittest.skipUnless(os.environ.get("SIDELOCK_ADDR"), "needs a sidecar at $SIDELOCK_ADDR")
+class SidecarTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.client = Client(timeout=10)
+
+    def test_acquire_inspect_extend_release(self) -> None:
+        c, name = self.client, unique("basic")
+        lease = c.acquire(name, ttl="30s", owner="py-test")
+        self.assertEqual((lease.name, lease.owner, lease.ttl, len(lease.token)), (name, "py-test", "30s", 32))
+        self.assertGreater(lease.fence, 0)
+        self.assertGreater(lease.valid_until, now())
+        status = c.inspect(name)
+        self.assertEqual((status.held, status.owner, status.fence), (True, "py-test", lease.fence))
+        extended = c.extend(name, lease.token, ttl=60)
+        self.assertEqual((extended.token, extended.ttl, extended.fence), (lease.token, "1m0s", lease.fence))
+        self.assertGreaterEqual(extended.lease_expires_at, lease.lease_expires_at)
+        c.release(name, lease.token)
+        self.assertFalse(c.inspect(name).held)
+        with self.assertRaises(LeaseGone) as gone:
+            c.extend(name, lease.token)
+        self.assertEqual((gone.exception.code, gone.exception.status), ("lease_gone", 410))
+
+    def test_a_held_lock_is_lock_held(self) -> None:
+        c, name = self.client, unique("conflict")
+        lease = c.acquire(name, ttl="30s")
+        with self.assertRaises(LockHeld) as held:
+            c.acquire(name)
+        e = held.exception
+        self.assertEqual((e.code, e.status), ("lock_held", 409))
+        self.assertTrue(e.detail)
+        self.assertIsNotNone(e.retry_after)
+        c.release(name, lease.token)
+
+    def test_bad_input_is_invalid_request(self) -> None:
+        c = self.client
+        with self.assertRaises(InvalidRequest) as bad:
+            c.acquire("orders/../42")
+        self.assertEqual((bad.exception.code, bad.exception.status), ("invalid_name", 400))
+        with self.assertRaises(InvalidRequest) as bad:
+            c.acquire(unique("ttl"), ttl="soon")
+        self.assertEqual(bad.exception.code, "invalid_ttl")
+        with self.assertRaises(InvalidRequest) as bad:
+            c.extend(unique("token"), "not-a-token")
+        self.assertEqual(bad.exception.code, "invalid_token")
+
+    def test_an_unreachable_sidecar_is_unreachable(self) -> None:
+        with self.assertRaises(Unreachable) as down:
+            Client("http://127.0.0.1:9", timeout=2).inspect("x")
+        self.assertEqual(down.exception.status, 0)
+
+    def test_idempotent_acquire_returns_the_same_lease(self) -> None:
+        c, name, key = self.client, unique("idem"), str(uuid.uuid4())
+        first = c.acquire(name, ttl="30s", idempotency_key=key)
+        again = c.acquire(name, ttl="30s", idempotency_key=key)
+        self.assertEqual(again.token, first.token)
+        with self.assertRaises(IdempotencyMismatch) as mismatch:
+            c.acquire(name, ttl="31s", idempotency_key=key)
+        self.assertEqual(mismatch.exception.status, 422)
+        c.release(name, first.token)
+
+    def test_wait_is_granted_when_the_holder_releases(self) -> None:
+        c, name = self.client, unique("wait")
+        first = c.acquire(name, ttl="30s")
+        releaser = threading.Timer(0.5, c.release, args=(name, first.token))
+        releaser.start()
+        started = time.monotonic()
+        second = c.acquire(name, wait="20s")
+        waited = time.monotonic() - started
+        releaser.join()
+        self.assertGreaterEqual(waited, 0.4)
+        self.assertLess(waited, 15)
+        self.assertNotEqual(second.token, first.token)
+        self.assertGreater(second.fence, first.fence)  # fences only grow
+        c.release(name, second.token)
+
+    def test_scoped_lock_is_released_on_an_exception(self) -> None:
+        c, name = self.client, unique("scoped")
+        with self.assertRaises(RuntimeError):
+            with c.lock(name, ttl="30s") as lock:
+                self.assertTrue(lock.valid())
+                self.assertTrue(c.inspect(name).held)
+                raise RuntimeError("the work failed")
+        self.assertFalse(c.inspect(name).held)
+        self.assertFalse(lock.lost.is_set())  # released, not lost
+        c.release(name, c.acquire(name).token)  # anyone may take it at once
+
+    def test_scoped_lock_outlives_its_ttl(self) -> None:
+        c, name = self.client, unique("heartbeat")
+        with c.lock(name, ttl="2s") as lock:
+            first_valid_until = lock.valid_until
+            time.sleep(5)  # two and a half ttls: only the heartbeats keep it
+            self.assertTrue(lock.valid(), lock.lost_reason)
+            self.assertGreater(lock.valid_until, first_valid_until)
+            status = c.inspect(name)
+            self.assertEqual((status.held, status.fence), (True, lock.fence))
+            with self.assertRaises(LockHeld):
+                c.acquire(name)
+        self.assertFalse(c.inspect(name).held)
+
+    def test_scoped_lock_reports_max_hold_as_lost(self) -> None:
+        c, name = self.client, unique("heartbeat-max-hold")
+        reasons: List[str] = []
+        lock = c.lock(name, ttl="30s", max_hold="2s", on_lost=reasons.append)
+        self.assertTrue(lock.lost.wait(15), "lost never set")
+        self.assertFalse(lock.valid())
+        self.assertEqual(reasons, [lock.lost_reason])
+        self.assertIn(lock.lost_reason, ("max_hold", "lease_gone"))
+        lock.release()  # the lease is gone already: nothing to do, no error
+        self.assertFalse(c.inspect(name).held)
+
+    def test_held_lock_is_kept_without_heartbeats(self) -> None:
+        c, name = self.client, unique("hold")
+        with c.lock(name, hold=True, ttl="2s") as held:
+            first_valid_until = held.valid_until
+            self.assertEqual(len(held.token), 32)
+            self.assertGreater(held.fence, 0)
+            time.sleep(3)  # past the ttl: renewed by the sidecar while the stream is open
+            self.assertTrue(held.valid(), held.lost_reason)
+            self.assertGreater(held.valid_until, first_valid_until)
+            with self.assertRaises(LockHeld):
+                c.acquire(name)
+        self.assertFalse(c.inspect(name).held)  # released when the block ended, not a moment later
+
+    def test_held_lock_lost_at_max_hold_is_never_taken_again(self) -> None:
+        c, name = self.client, unique("hold-max-hold")
+        reasons: List[str] = []
+        held = c.lock(name, hold=True, max_hold="2s", on_lost=reasons.append)
+        self.assertIsNotNone(held.lease.max_hold_at)
+        self.assertTrue(held.lost.wait(15), "lost never set")
+        self.assertEqual(held.lost_reason, "max_hold")
+        self.assertEqual(reasons, ["max_hold"])
+        self.assertFalse(held.valid())
+        time.sleep(1.5)  # a reconnecting client would have taken it again by now
+        self.assertFalse(c.inspect(name).held)
+        other = c.acquire(name, ttl="30s")
+        self.assertGreater(other.fence, held.fence)
+        held.release()  # must not touch the new holder's lease
+        self.assertEqual(c.inspect(name).fence, other.fence)
+        c.release(name, other.token)
+
+    def test_held_lock_waits_for_the_holder(self) -> None:
+        c, name = self.client, unique("hold-wait")
+        first = c.acquire(name, ttl="30s")
+        threading.Timer(0.3, c.release, args=(name, first.token)).start()
+        with c.lock(name, hold=True, wait="20s") as held:
+            self.assertGreater(held.fence, first.fence)
+        with self.assertRaises(SidelockError):
+            c.lock(name, hold=True, ttl="0s")  # refused before any stream opens
+
+
+if __name__ == "__main__":
+    unittest.main()
