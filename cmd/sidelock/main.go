@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -17,10 +18,24 @@ import (
 var version = "dev"
 
 func main() {
+	version = releaseVersion(version, debug.ReadBuildInfo)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(exitStatus(err, os.Stderr))
+}
+
+// releaseVersion is the stamped version, or else the module version the Go
+// command recorded: `go install …/cmd/sidelock@v1.2.3` stamps nothing, and
+// its binary should still say v1.2.3 (in -version and sidelock_build_info).
+func releaseVersion(stamped string, buildInfo func() (*debug.BuildInfo, bool)) string {
+	if stamped != "dev" {
+		return stamped
+	}
+	if bi, ok := buildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return stamped
 }
 
 // exitStatus prints err (if it says anything) and picks the exit code:
