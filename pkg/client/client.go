@@ -64,10 +64,14 @@ type Lease struct {
 
 // Options tune an acquisition; zero values take the sidecar's defaults.
 type Options struct {
-	TTL            time.Duration
-	Wait           time.Duration
-	MaxHold        time.Duration
-	Owner          string
+	TTL     time.Duration
+	Wait    time.Duration
+	MaxHold time.Duration
+	Owner   string
+	// IdempotencyKey makes a retried Acquire return the lease the first
+	// attempt got. Acquire only: the sidecar refuses it with Hold (400
+	// invalid_request), as a held lease ends with its connection and a
+	// retry is a new acquisition.
 	IdempotencyKey string
 }
 
