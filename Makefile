@@ -152,6 +152,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAcquireParams$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzTokenParams$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME) ./httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzDurationGrammar$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzScanner$$' -fuzztime $(FUZZTIME) ./internal/framing
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateName$$' -fuzztime $(FUZZTIME) ./internal/lease
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReview$$' -fuzztime $(FUZZTIME) ./internal/injector

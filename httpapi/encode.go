@@ -15,25 +15,95 @@ import (
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
+// problemCode is the stable machine code of a problem. Every code the API
+// can answer is declared here, and only here: openapi.json lists exactly
+// these in the Problem schema's code enum and docs/api.md has an anchor
+// for each (TestProblemCodesMatchTheSpec reads this package's source).
+type problemCode string
+
+// The codes, by the status they come with.
+const (
+	// 400: the request itself.
+	codeInvalidName      problemCode = "invalid_name"
+	codeInvalidTTL       problemCode = "invalid_ttl"
+	codeInvalidWait      problemCode = "invalid_wait"
+	codeInvalidMaxHold   problemCode = "invalid_max_hold"
+	codeInvalidHold      problemCode = "invalid_hold"
+	codeInvalidOwner     problemCode = "invalid_owner"
+	codeInvalidQuery     problemCode = "invalid_query"
+	codeInvalidBody      problemCode = "invalid_body"
+	codeInvalidRequest   problemCode = "invalid_request"
+	codeMissingToken     problemCode = "missing_token"
+	codeInvalidToken     problemCode = "invalid_token"
+	codeAmbiguousFraming problemCode = "ambiguous_framing"
+	// 401, 404, 405, 413: the request cannot be served as sent.
+	codeUnauthorized     problemCode = "unauthorized"
+	codeNotFound         problemCode = "not_found"
+	codeMethodNotAllowed problemCode = "method_not_allowed"
+	codeBodyTooLarge     problemCode = "body_too_large"
+	// 409, 410, 422: the lock's state.
+	codeLockHeld            problemCode = "lock_held"
+	codeLeaseGone           problemCode = "lease_gone"
+	codeIdempotencyMismatch problemCode = "idempotency_mismatch"
+	// 429: this sidecar's limits.
+	codeTooManyLocks   problemCode = "too_many_locks"
+	codeTooManyWaiters problemCode = "too_many_waiters"
+	codeOverloaded     problemCode = "overloaded"
+	// 499: recorded (metrics) when the client left first; it never reads it.
+	codeClientClosedRequest problemCode = "client_closed_request"
+	// 500, 503: the sidecar or its masters.
+	codeInternal     problemCode = "internal"
+	codeNoQuorum     problemCode = "no_quorum"
+	codeShuttingDown problemCode = "shutting_down"
+	codeTimeout      problemCode = "timeout"
+)
+
+// problemTypeBase begins every problem's type URI; the code completes it.
+// A type is an identifier first (RFC 9457 §3.1.1: compared as a string,
+// never to be changed), and this one also leads a reader to the code's
+// anchor in the API reference.
+const problemTypeBase = "https://github.com/sidelock/sidelock/blob/main/docs/api.md#"
+
+// typeURI is the one mapping from a code to its RFC 9457 type.
+func (c problemCode) typeURI() string { return problemTypeBase + string(c) }
+
+// paramCode is the code of a request refused for the value of one
+// parameter (lease.ParamError): each has its own, invalid_request being
+// the code of a parameter without one.
+func paramCode(param string) problemCode {
+	switch param {
+	case lease.ParamTTL:
+		return codeInvalidTTL
+	case lease.ParamWait:
+		return codeInvalidWait
+	case lease.ParamMaxHold:
+		return codeInvalidMaxHold
+	case lease.ParamOwner:
+		return codeInvalidOwner
+	}
+	return codeInvalidRequest
+}
+
 // problem is an RFC 9457 problem details body with a stable machine code.
 type problem struct {
-	Code         string `json:"code"`
-	Title        string `json:"title"`
-	Status       int    `json:"status"`
-	Detail       string `json:"detail,omitempty"`
-	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+	Type         string      `json:"type"`
+	Code         problemCode `json:"code"`
+	Title        string      `json:"title"`
+	Status       int         `json:"status"`
+	Detail       string      `json:"detail,omitempty"`
+	RetryAfterMS int64       `json:"retry_after_ms,omitempty"`
 }
 
 // apiError is an error the edge already knows how to answer.
 type apiError struct {
 	status int
-	code   string
+	code   problemCode
 	detail string
 }
 
 func (e *apiError) Error() string { return e.detail }
 
-func badRequest(code, format string, args ...any) error {
+func badRequest(code problemCode, format string, args ...any) error {
 	return &apiError{status: http.StatusBadRequest, code: code, detail: fmt.Sprintf(format, args...)}
 }
 
@@ -41,13 +111,15 @@ func badRequest(code, format string, args ...any) error {
 // The body is encoded first so the answer carries a Content-Length and
 // goes out in one write, even when the handler flushes it itself.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	contentType := "application/json"
 	body, err := json.Marshal(v)
 	if err != nil {
-		status, body = http.StatusInternalServerError, []byte(`{"code":"internal","title":"Internal Server Error","status":500}`)
+		status, contentType = http.StatusInternalServerError, problemMediaType
+		body, _ = json.Marshal(newProblem(status, codeInternal, "internal error"))
 	}
 	body = append(body, '\n')
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	h.Set("Content-Type", contentType)
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
@@ -57,17 +129,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // writeError is the one place that maps an error to a status and a code.
 func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 	p := problemFor(err)
-	if p.Status >= http.StatusInternalServerError && p.Code == "internal" {
+	if p.Code == codeInternal {
 		log.Error("request failed", "err", err)
 	}
 	if p.RetryAfterMS > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(float64(p.RetryAfterMS)/1000)), 10))
 	}
-	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Type", problemMediaType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
 }
+
+// problemMediaType is the Content-Type of every problem.
+const problemMediaType = "application/problem+json"
 
 func problemFor(err error) problem {
 	var api *apiError
@@ -76,21 +151,24 @@ func problemFor(err error) problem {
 	var limit *lease.LimitError
 	var quorum *redlock.QuorumError
 	var overloaded *redlock.OverloadedError
+	var param *lease.ParamError
 	switch {
 	case errors.As(err, &api):
 		return newProblem(api.status, api.code, api.detail)
 	case errors.As(err, &tooBig):
-		return newProblem(http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
+		return newProblem(http.StatusRequestEntityTooLarge, codeBodyTooLarge, fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
 	case errors.As(err, &held):
-		p := newProblem(http.StatusConflict, "lock_held", "the lock is held by another owner")
+		p := newProblem(http.StatusConflict, codeLockHeld, "the lock is held by another owner")
 		p.RetryAfterMS = held.RetryAfter.Milliseconds()
 		return p
 	case errors.Is(err, lease.ErrIdempotencyMismatch):
-		return newProblem(http.StatusUnprocessableEntity, "idempotency_mismatch", err.Error())
+		return newProblem(http.StatusUnprocessableEntity, codeIdempotencyMismatch, err.Error())
+	case errors.As(err, &param):
+		return newProblem(http.StatusBadRequest, paramCode(param.Param), err.Error())
 	case errors.Is(err, lease.ErrInvalid):
-		return newProblem(http.StatusBadRequest, "invalid_request", err.Error())
+		return newProblem(http.StatusBadRequest, codeInvalidRequest, err.Error())
 	case errors.Is(err, lease.ErrLeaseGone):
-		return newProblem(http.StatusGone, "lease_gone", "this token does not hold the lock (expired, lost, released or never held)")
+		return newProblem(http.StatusGone, codeLeaseGone, "this token does not hold the lock (expired, lost, released or never held)")
 	case errors.As(err, &limit):
 		p := newProblem(http.StatusTooManyRequests, limitCode(limit.Err), err.Error())
 		p.RetryAfterMS = limit.RetryAfter.Milliseconds()
@@ -98,40 +176,40 @@ func problemFor(err error) problem {
 	case errors.As(err, &overloaded):
 		// The sidecar's own overload, not the masters': 429 with a retry
 		// hint, so callers back off instead of failing over.
-		p := newProblem(http.StatusTooManyRequests, "overloaded", err.Error())
+		p := newProblem(http.StatusTooManyRequests, codeOverloaded, err.Error())
 		p.RetryAfterMS = max(overloaded.RetryAfter.Milliseconds(), 1)
 		return p
 	case errors.As(err, &quorum):
-		p := newProblem(http.StatusServiceUnavailable, "no_quorum", err.Error())
+		p := newProblem(http.StatusServiceUnavailable, codeNoQuorum, err.Error())
 		p.RetryAfterMS = quorum.RetryAfter.Milliseconds()
 		return p
 	case errors.Is(err, lease.ErrNoQuorum):
-		return newProblem(http.StatusServiceUnavailable, "no_quorum", err.Error())
+		return newProblem(http.StatusServiceUnavailable, codeNoQuorum, err.Error())
 	case errors.Is(err, lease.ErrShuttingDown):
-		return newProblem(http.StatusServiceUnavailable, "shutting_down", "the sidecar is shutting down")
+		return newProblem(http.StatusServiceUnavailable, codeShuttingDown, "the sidecar is shutting down")
 	case errors.Is(err, context.Canceled):
-		return newProblem(499, "client_closed_request", "the client went away before its request was carried out; an acquire holds nothing for it, a heartbeat left the lease as it was")
+		return newProblem(499, codeClientClosedRequest, "the client went away before its request was carried out; an acquire holds nothing for it, a heartbeat left the lease as it was")
 	case errors.Is(err, context.DeadlineExceeded):
-		return newProblem(http.StatusServiceUnavailable, "timeout", "the masters did not answer in time")
+		return newProblem(http.StatusServiceUnavailable, codeTimeout, "the masters did not answer in time")
 	default:
-		return newProblem(http.StatusInternalServerError, "internal", "internal error")
+		return newProblem(http.StatusInternalServerError, codeInternal, "internal error")
 	}
 }
 
 // limitCode is the stable code of a refusal by a sidecar limit.
-func limitCode(err error) string {
+func limitCode(err error) problemCode {
 	if errors.Is(err, lease.ErrTooManyWaiters) {
-		return "too_many_waiters"
+		return codeTooManyWaiters
 	}
-	return "too_many_locks"
+	return codeTooManyLocks
 }
 
-func newProblem(status int, code, detail string) problem {
+func newProblem(status int, code problemCode, detail string) problem {
 	title := http.StatusText(status)
 	if title == "" {
-		title = code
+		title = string(code)
 	}
-	return problem{Code: code, Title: title, Status: status, Detail: detail}
+	return problem{Type: code.typeURI(), Code: code, Title: title, Status: status, Detail: detail}
 }
 
 // leaseBody is the answer to acquire and extend.

@@ -83,6 +83,9 @@ func FuzzAcquireParams(f *testing.F) {
 	f.Add("x", "ttl=%zz", "[]")
 	f.Add("held", "hold=true&max_hold=2s", "")
 	f.Add("x", "", `{"hold":true,"max_hold":"1s"}`)
+	f.Add("x", "ttl=1.5&wait=0&max_hold=60", "")
+	f.Add("x", "", `{"ttl":5,"wait":0.25,"max_hold":"90"}`)
+	f.Add("x", "", `{"ttl":-1e309,"wait":1.0005}`)
 	ft := newFuzzTarget(f)
 	f.Fuzz(func(t *testing.T, name, query, body string) {
 		req := newRequest(http.MethodPost, name, body)

@@ -74,7 +74,7 @@ func handleInspect(log *slog.Logger, leases *lease.Manager) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, err := lockName(r)
 		if err == nil && r.URL.RawQuery != "" {
-			err = badRequest("invalid_query", "inspect takes no parameters")
+			err = badRequest(codeInvalidQuery, "inspect takes no parameters")
 		}
 		if err != nil {
 			writeError(w, log, err)

@@ -13,15 +13,17 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-func notFound(log *slog.Logger) http.Handler {
+// notFound answers a path the listener does not serve; routes says which
+// it does.
+func notFound(log *slog.Logger, routes string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, log, &apiError{status: http.StatusNotFound, code: "not_found", detail: "no such route; the lock API is /locks and /locks/{name}"})
+		writeError(w, log, &apiError{status: http.StatusNotFound, code: codeNotFound, detail: "no such route; this listener serves " + routes})
 	})
 }
 
 func methodNotAllowed(log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, log, &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed", detail: fmt.Sprintf("%s is not allowed on this route", r.Method)})
+		writeError(w, log, &apiError{status: http.StatusMethodNotAllowed, code: codeMethodNotAllowed, detail: fmt.Sprintf("%s is not allowed on this route", r.Method)})
 	})
 }
 
@@ -53,7 +55,7 @@ func RequireToken(token string, log *slog.Logger) func(http.Handler) http.Handle
 // neither the token's bytes nor its length through the answer's timing.
 func checkBearer(headers []string, want [sha256.Size]byte) *apiError {
 	unauthorized := func(detail string) *apiError {
-		return &apiError{status: http.StatusUnauthorized, code: "unauthorized", detail: detail}
+		return &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, detail: detail}
 	}
 	if len(headers) != 1 {
 		return unauthorized("the lock API needs exactly one Authorization: Bearer <SIDELOCK_API_TOKEN> header")
@@ -85,7 +87,7 @@ func refuseAmbiguousFraming(ambiguous func(remoteAddr string) bool, log *slog.Lo
 				return
 			}
 			w.Header().Set("Connection", "close")
-			writeError(w, log, badRequest("ambiguous_framing", "a request on this connection carried both Content-Length and Transfer-Encoding; the connection is closed"))
+			writeError(w, log, badRequest(codeAmbiguousFraming, "a request on this connection carried both Content-Length and Transfer-Encoding; the connection is closed"))
 		})
 	}
 }

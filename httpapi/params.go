@@ -17,12 +17,12 @@ import (
 // lockParams are the parameters a lock request may carry, in the query
 // string or a JSON body (not both for the same parameter).
 type lockParams struct {
-	TTL     *string   `json:"ttl"`
-	Wait    *string   `json:"wait"`
-	Owner   *string   `json:"owner"`
-	Token   *string   `json:"token"`
-	Hold    *jsonBool `json:"hold"`
-	MaxHold *string   `json:"max_hold"`
+	TTL     *durationText `json:"ttl"`
+	Wait    *durationText `json:"wait"`
+	Owner   *string       `json:"owner"`
+	Token   *string       `json:"token"`
+	Hold    *jsonBool     `json:"hold"`
+	MaxHold *durationText `json:"max_hold"`
 }
 
 // jsonBool is a boolean parameter: JSON true/false, or in the query (and
@@ -43,8 +43,8 @@ func (b *jsonBool) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// boolean parses an optional boolean parameter; absent is false.
-func boolean(name string, v *jsonBool) (bool, error) {
+// hold parses the optional hold parameter; absent is false.
+func hold(v *jsonBool) (bool, error) {
 	if v == nil {
 		return false, nil
 	}
@@ -54,7 +54,25 @@ func boolean(name string, v *jsonBool) (bool, error) {
 	case "false", "0":
 		return false, nil
 	}
-	return false, badRequest("invalid_"+name, "%s must be true or false, got %q", name, string(*v))
+	return false, badRequest(codeInvalidHold, "hold must be true or false, got %q", truncate(string(*v), 32))
+}
+
+// durationText is a duration parameter as sent, parsed by duration: the
+// text of a query value, of a JSON string or of a JSON number (kept as
+// written, so a JSON number follows exactly the grammar of its text).
+type durationText string
+
+func (d *durationText) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && (data[0] == '-' || '0' <= data[0] && data[0] <= '9') {
+		*d = durationText(data)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return errors.New("ttl, wait and max_hold must be a string or a number of seconds")
+	}
+	*d = durationText(s)
+	return nil
 }
 
 // lockPathPrefix begins every path that names a lock (routes.go).
@@ -86,10 +104,10 @@ func lockName(r *http.Request) (string, error) {
 	}
 	name, err := url.PathUnescape(raw)
 	if err != nil {
-		return "", badRequest("invalid_name", "lock name: a malformed percent-escape")
+		return "", badRequest(codeInvalidName, "lock name: a malformed percent-escape")
 	}
 	if err := lease.ValidateName(name); err != nil {
-		return "", badRequest("invalid_name", "%s", err.Error())
+		return "", badRequest(codeInvalidName, "%s", err.Error())
 	}
 	return name, nil
 }
@@ -116,7 +134,7 @@ func bodyParams(r *http.Request) (lockParams, error) {
 		if errors.As(err, &tooBig) {
 			return p, err
 		}
-		return p, badRequest("invalid_body", "reading the request body: %v", err)
+		return p, badRequest(codeInvalidBody, "reading the request body: %v", err)
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return p, nil
@@ -127,12 +145,12 @@ func bodyParams(r *http.Request) (lockParams, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return p, badRequest("invalid_body", "%s: %v", bodyShape, err)
+		return p, badRequest(codeInvalidBody, "%s: %v", bodyShape, err)
 	}
 	return p, nil
 }
 
-const bodyShape = "the body must be a JSON object with fields ttl, wait, owner, token, max_hold (strings) and hold (boolean)"
+const bodyShape = "the body must be a JSON object with fields ttl, wait, max_hold (durations: strings such as \"1m30s\" or numbers of seconds), owner, token (strings) and hold (boolean)"
 
 // bodyFields are the exact names a body may use. encoding/json matches
 // names case-insensitively and lets a repeated name win silently
@@ -145,35 +163,35 @@ var bodyFields = map[string]bool{"ttl": true, "wait": true, "owner": true, "toke
 func strictObject(raw []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return badRequest("invalid_body", "%s", bodyShape)
+		return badRequest(codeInvalidBody, "%s", bodyShape)
 	}
 	seen := make(map[string]bool, len(bodyFields))
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return badRequest("invalid_body", "%s: %v", bodyShape, err)
+			return badRequest(codeInvalidBody, "%s: %v", bodyShape, err)
 		}
 		name, _ := tok.(string)
 		switch {
 		case !bodyFields[name]:
-			return badRequest("invalid_body", "unknown field %q in the body (known, lowercase: ttl, wait, owner, token, hold, max_hold)", truncate(name, 32))
+			return badRequest(codeInvalidBody, "unknown field %q in the body (known, lowercase: ttl, wait, owner, token, hold, max_hold)", truncate(name, 32))
 		case seen[name]:
-			return badRequest("invalid_body", "field %q is given more than once in the body", name)
+			return badRequest(codeInvalidBody, "field %q is given more than once in the body", name)
 		}
 		seen[name] = true
 		var value json.RawMessage
 		if err := dec.Decode(&value); err != nil {
-			return badRequest("invalid_body", "%s: %v", bodyShape, err)
+			return badRequest(codeInvalidBody, "%s: %v", bodyShape, err)
 		}
 		if string(value) == "null" {
-			return badRequest("invalid_body", "field %q is null; leave it out for the default", name)
+			return badRequest(codeInvalidBody, "field %q is null; leave it out for the default", name)
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return badRequest("invalid_body", "%s: %v", bodyShape, err)
+		return badRequest(codeInvalidBody, "%s: %v", bodyShape, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return badRequest("invalid_body", "the body must hold exactly one JSON object")
+		return badRequest(codeInvalidBody, "the body must hold exactly one JSON object")
 	}
 	return nil
 }
@@ -190,74 +208,135 @@ func queryParams(rawQuery string) (lockParams, error) {
 	var p lockParams
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return p, badRequest("invalid_query", "malformed query string: %v", err)
+		return p, badRequest(codeInvalidQuery, "malformed query string: %v", err)
 	}
-	fields := map[string]**string{"ttl": &p.TTL, "wait": &p.Wait, "owner": &p.Owner, "token": &p.Token, "max_hold": &p.MaxHold}
 	for key, values := range q {
 		if len(values) != 1 {
-			return p, badRequest("invalid_query", "parameter %q is given more than once", key)
+			return p, badRequest(codeInvalidQuery, "parameter %q is given more than once", truncate(key, 32))
 		}
-		if key == "hold" {
-			p.Hold = (*jsonBool)(&values[0])
-			continue
+		v := values[0]
+		switch key {
+		case "ttl":
+			p.TTL = (*durationText)(&v)
+		case "wait":
+			p.Wait = (*durationText)(&v)
+		case "max_hold":
+			p.MaxHold = (*durationText)(&v)
+		case "hold":
+			p.Hold = (*jsonBool)(&v)
+		case "owner":
+			p.Owner = &v
+		case "token":
+			p.Token = &v
+		default:
+			return p, badRequest(codeInvalidQuery, "unknown parameter %q (known: ttl, wait, owner, token, hold, max_hold)", truncate(key, 32))
 		}
-		field, ok := fields[key]
-		if !ok {
-			return p, badRequest("invalid_query", "unknown parameter %q (known: ttl, wait, owner, token, hold, max_hold)", key)
-		}
-		*field = &values[0]
 	}
 	return p, nil
 }
 
 func merge(a, b lockParams) (lockParams, error) {
-	pick := func(name string, x, y *string) (*string, error) {
-		if x != nil && y != nil {
-			return nil, badRequest("invalid_request", "%s is given both in the query and the body", name)
-		}
-		if x != nil {
-			return x, nil
-		}
-		return y, nil
-	}
 	var out lockParams
-	var err error
-	if out.TTL, err = pick("ttl", a.TTL, b.TTL); err != nil {
-		return out, err
+	var errs []error
+	out.TTL, errs = pick("ttl", a.TTL, b.TTL, errs)
+	out.Wait, errs = pick("wait", a.Wait, b.Wait, errs)
+	out.Owner, errs = pick("owner", a.Owner, b.Owner, errs)
+	out.MaxHold, errs = pick("max_hold", a.MaxHold, b.MaxHold, errs)
+	out.Hold, errs = pick("hold", a.Hold, b.Hold, errs)
+	out.Token, errs = pick("token", a.Token, b.Token, errs)
+	if len(errs) > 0 {
+		return out, errs[0]
 	}
-	if out.Wait, err = pick("wait", a.Wait, b.Wait); err != nil {
-		return out, err
-	}
-	if out.Owner, err = pick("owner", a.Owner, b.Owner); err != nil {
-		return out, err
-	}
-	if out.MaxHold, err = pick("max_hold", a.MaxHold, b.MaxHold); err != nil {
-		return out, err
-	}
-	if a.Hold != nil && b.Hold != nil {
-		return out, badRequest("invalid_request", "hold is given both in the query and the body")
-	}
-	out.Hold = a.Hold
-	if out.Hold == nil {
-		out.Hold = b.Hold
-	}
-	out.Token, err = pick("token", a.Token, b.Token)
-	return out, err
+	return out, nil
 }
 
-// duration parses an optional Go duration; absent is 0.
-func duration(name string, v *string) (time.Duration, error) {
+// pick is the one of x (query) and y (body) that is given; both is a
+// refusal, appended to errs.
+func pick[T any](name string, x, y *T, errs []error) (*T, []error) {
+	if x != nil && y != nil {
+		return nil, append(errs, badRequest(codeInvalidRequest, "%s is given both in the query and the body", name))
+	}
+	if x != nil {
+		return x, errs
+	}
+	return y, errs
+}
+
+// Bare numbers of seconds: at most maxSecondsDigits digits (999999999 s,
+// almost 32 years, is far beyond every range the Manager accepts and far
+// below where time.Duration overflows), then at most maxSecondsDecimals
+// decimals (milliseconds: nothing finer is meaningful to a lock). The
+// spec's Duration pattern says the same; FuzzDurationGrammar keeps them
+// in step.
+const (
+	maxSecondsDigits   = 9
+	maxSecondsDecimals = 3
+)
+
+// duration parses an optional duration parameter (absent is 0): a Go
+// duration without a sign ("30s", "1m30s", "1.5h", "250ms") or a bare
+// number of seconds ("30", "1.5"). Anything else, a negative value
+// included, is refused with the parameter's code (invalid_ttl...); the
+// Manager checks the range (lease.ParamError, the same code).
+func duration(param string, v *durationText) (time.Duration, error) {
 	if v == nil {
 		return 0, nil
 	}
-	d, err := time.ParseDuration(*v)
-	if err != nil || d < 0 {
-		return 0, badRequest("invalid_"+name, "%s must be a non-negative Go duration such as \"30s\" or \"1m30s\", got %q", name, *v)
+	s := string(*v)
+	d, ok := parseSeconds(s)
+	if !ok {
+		d, ok = parseGoDuration(s)
 	}
-	if d == 0 && name == "ttl" {
-		return 0, badRequest("invalid_ttl", "ttl must be positive; leave it out for the default")
+	if !ok {
+		return 0, badRequest(paramCode(param), "%s must be a duration such as \"30s\" or \"1m30s\", or a number of seconds with at most %d decimals such as 30 or 1.5, got %q", param, maxSecondsDecimals, truncate(s, 32))
+	}
+	if d == 0 && param == lease.ParamTTL {
+		return 0, badRequest(codeInvalidTTL, "ttl must be positive; leave it out for the default")
 	}
 	return d, nil
+}
+
+// parseSeconds reads a bare number of seconds: 1 to maxSecondsDigits
+// digits, optionally a '.' and 1 to maxSecondsDecimals digits. No sign,
+// exponent, spaces or leading '.'.
+func parseSeconds(s string) (time.Duration, bool) {
+	whole, frac, hasFrac := strings.Cut(s, ".")
+	if !allDigits(whole, 1, maxSecondsDigits) || hasFrac && !allDigits(frac, 1, maxSecondsDecimals) {
+		return 0, false
+	}
+	secs, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	ms := int64(0)
+	if hasFrac {
+		ms, _ = strconv.ParseInt(frac+strings.Repeat("0", maxSecondsDecimals-len(frac)), 10, 64)
+	}
+	return time.Duration(secs)*time.Second + time.Duration(ms)*time.Millisecond, true
+}
+
+// allDigits reports whether s is min to max ASCII digits.
+func allDigits(s string, min, max int) bool {
+	if len(s) < min || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// parseGoDuration reads a Go duration that starts with a digit or '.':
+// time.ParseDuration also takes a sign, which a length of time never
+// needs ("-0s", "+5s").
+func parseGoDuration(s string) (time.Duration, bool) {
+	if s == "" || !(s[0] == '.' || '0' <= s[0] && s[0] <= '9') {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	return d, err == nil && d >= 0
 }
 
 // token reads the lease token from the Lock-Token header or the token
@@ -265,21 +344,21 @@ func duration(name string, v *string) (time.Duration, error) {
 func token(r *http.Request, p lockParams) (string, error) {
 	header := r.Header.Values(tokenHeader)
 	if len(header) > 1 {
-		return "", badRequest("invalid_token", "the %s header is given more than once", tokenHeader)
+		return "", badRequest(codeInvalidToken, "the %s header is given more than once", tokenHeader)
 	}
 	var tok string
 	switch {
 	case len(header) == 1 && p.Token != nil && header[0] != *p.Token:
-		return "", badRequest("invalid_token", "the %s header and the token parameter differ", tokenHeader)
+		return "", badRequest(codeInvalidToken, "the %s header and the token parameter differ", tokenHeader)
 	case len(header) == 1:
 		tok = header[0]
 	case p.Token != nil:
 		tok = *p.Token
 	default:
-		return "", badRequest("missing_token", "the lease token is required, in the %s header or the token parameter", tokenHeader)
+		return "", badRequest(codeMissingToken, "the lease token is required, in the %s header or the token parameter", tokenHeader)
 	}
 	if !wellFormedToken(tok) {
-		return "", badRequest("invalid_token", "a token is %d lowercase hex characters, as returned by acquire", tokenLen)
+		return "", badRequest(codeInvalidToken, "a token is %d lowercase hex characters, as returned by acquire", tokenLen)
 	}
 	return tok, nil
 }
@@ -309,11 +388,11 @@ func acquireRequest(r *http.Request) (lease.Request, error) {
 		return lease.Request{}, err
 	}
 	if p.Token != nil {
-		return lease.Request{}, badRequest("invalid_request", "acquire takes no token")
+		return lease.Request{}, badRequest(codeInvalidRequest, "acquire takes no token")
 	}
 	keys := r.Header.Values(idempotencyHeader)
 	if len(keys) > 1 {
-		return lease.Request{}, badRequest("invalid_request", "the %s header is given more than once", idempotencyHeader)
+		return lease.Request{}, badRequest(codeInvalidRequest, "the %s header is given more than once", idempotencyHeader)
 	}
 	req := lease.Request{Name: name}
 	if len(keys) == 1 {
@@ -322,16 +401,16 @@ func acquireRequest(r *http.Request) (lease.Request, error) {
 	if p.Owner != nil {
 		req.Owner = *p.Owner
 	}
-	if req.TTL, err = duration("ttl", p.TTL); err != nil {
+	if req.TTL, err = duration(lease.ParamTTL, p.TTL); err != nil {
 		return req, err
 	}
-	if req.MaxHold, err = duration("max_hold", p.MaxHold); err != nil {
+	if req.MaxHold, err = duration(lease.ParamMaxHold, p.MaxHold); err != nil {
 		return req, err
 	}
-	if req.Hold, err = boolean("hold", p.Hold); err != nil {
+	if req.Hold, err = hold(p.Hold); err != nil {
 		return req, err
 	}
-	req.Wait, err = duration("wait", p.Wait)
+	req.Wait, err = duration(lease.ParamWait, p.Wait)
 	return req, err
 }
 
@@ -353,12 +432,12 @@ func readTokenRequest(r *http.Request, allowTTL bool) (tokenRequest, error) {
 		return tr, err
 	}
 	if p.Wait != nil || p.Owner != nil || p.Hold != nil || p.MaxHold != nil || (p.TTL != nil && !allowTTL) {
-		return tr, badRequest("invalid_request", "only token%s may be given here", map[bool]string{true: " and ttl", false: ""}[allowTTL])
+		return tr, badRequest(codeInvalidRequest, "only token%s may be given here", map[bool]string{true: " and ttl", false: ""}[allowTTL])
 	}
 	tr.name = name
 	if tr.token, err = token(r, p); err != nil {
 		return tr, err
 	}
-	tr.ttl, err = duration("ttl", p.TTL)
+	tr.ttl, err = duration(lease.ParamTTL, p.TTL)
 	return tr, err
 }

@@ -14,7 +14,7 @@ import (
 // The token check runs inside observe, so refused requests are counted.
 func addLockRoutes(r chi.Router, log *slog.Logger, leases *lease.Manager, obs RequestObserver, o options) {
 	r.Use(recoverer(log), observe(obs), refuseAmbiguousFraming(o.ambiguous, log), RequireToken(o.apiToken, log), limitBody(MaxBodyBytes))
-	r.NotFound(notFound(log).ServeHTTP)
+	r.NotFound(notFound(log, "the lock API: /locks and /locks/{name}").ServeHTTP)
 	r.MethodNotAllowed(methodNotAllowed(log).ServeHTTP)
 	r.Method(http.MethodGet, "/locks", handleList(leases))
 	r.Method(http.MethodPost, "/locks/*", handleAcquire(log, leases))
@@ -28,7 +28,7 @@ func addLockRoutes(r chi.Router, log *slog.Logger, leases *lease.Manager, obs Re
 // addAdminRoutes is every route of the admin listener.
 func addAdminRoutes(r chi.Router, log *slog.Logger, ready Readiness, metrics http.Handler) {
 	r.Use(recoverer(log))
-	r.NotFound(notFound(log).ServeHTTP)
+	r.NotFound(notFound(log, "/healthz, /readyz and /metrics").ServeHTTP)
 	r.MethodNotAllowed(methodNotAllowed(log).ServeHTTP)
 	r.Method(http.MethodGet, "/healthz", handleHealthz())
 	r.Method(http.MethodGet, "/readyz", handleReadyz(ready))

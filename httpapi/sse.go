@@ -133,6 +133,11 @@ func relay(ctx context.Context, s *sse, name string, events <-chan lease.Event) 
 	}
 }
 
+// reasonEndedUnseen is the reason of a lost event for a held lease that
+// ended between its grant and the stream's subscription to its events,
+// which therefore never saw why (lease.EndReason names every other).
+const reasonEndedUnseen = "ended"
+
 // endEvent is "released" for an end the caller asked for, "lost" for any
 // other: the lock is gone and the caller must stop acting on it.
 func endEvent(r lease.EndReason) string {
@@ -153,7 +158,7 @@ func serveHold(w http.ResponseWriter, r *http.Request, leases *lease.Manager, in
 		return
 	}
 	if err != nil { // ended between the grant and the subscription
-		_ = s.send("lost", endedData{Name: info.Name, Reason: "ended"})
+		_ = s.send("lost", endedData{Name: info.Name, Reason: reasonEndedUnseen})
 		return
 	}
 	defer cancel()

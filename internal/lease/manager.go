@@ -509,7 +509,7 @@ func (m *Manager) normalize(req Request) (Request, error) {
 		return req, err
 	}
 	if err := ValidateOwner(req.Owner); err != nil {
-		return req, err
+		return req, asParamError(ParamOwner, err)
 	}
 	if err := validateIdempotencyKey(req); err != nil {
 		return req, err
@@ -521,17 +521,17 @@ func (m *Manager) normalize(req Request) (Request, error) {
 		return req, err
 	}
 	if req.MaxHold < 0 || (m.cfg.MaxHold > 0 && req.MaxHold > m.cfg.MaxHold) {
-		return req, fmt.Errorf("%w: max_hold %v must be within [0s, %v]", ErrInvalid, req.MaxHold, m.cfg.MaxHold)
+		return req, invalidParam(ParamMaxHold, "max_hold %v must be within [0s, %v]", req.MaxHold, m.cfg.MaxHold)
 	}
 	if req.Wait < 0 || req.Wait > m.cfg.MaxWait {
-		return req, fmt.Errorf("%w: wait %v must be within [0s, %v]", ErrInvalid, req.Wait, m.cfg.MaxWait)
+		return req, invalidParam(ParamWait, "wait %v must be within [0s, %v]", req.Wait, m.cfg.MaxWait)
 	}
 	return req, nil
 }
 
 func (m *Manager) checkTTL(ttl time.Duration) error {
 	if ttl < MinTTL || ttl > m.cfg.MaxTTL {
-		return fmt.Errorf("%w: ttl %v must be within [%v, %v]", ErrInvalid, ttl, MinTTL, m.cfg.MaxTTL)
+		return invalidParam(ParamTTL, "ttl %v must be within [%v, %v]", ttl, MinTTL, m.cfg.MaxTTL)
 	}
 	return nil
 }

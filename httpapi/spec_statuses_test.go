@@ -1,0 +1,326 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sidelock/sidelock/httpapi"
+	"github.com/sidelock/sidelock/internal/health"
+	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/sidecar"
+	"github.com/sidelock/sidelock/pkg/redlock"
+	"github.com/sidelock/sidelock/pkg/redlock/memnode"
+)
+
+// statusBench is what the status provocations run against: sidecars over
+// in-memory masters that can be taken down, each behind the HTTP server
+// the sidecar really runs (its header limit answers 431).
+type statusBench struct {
+	t     *testing.T
+	nodes []*memnode.Node
+}
+
+func newStatusBench(t *testing.T) *statusBench {
+	return &statusBench{t: t, nodes: []*memnode.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}}
+}
+
+// manager is a lease manager over the bench's masters; cfg adds limits.
+func (b *statusBench) manager(cfg lease.Config) *lease.Manager {
+	nodes := make([]redlock.Node, len(b.nodes))
+	for i, n := range b.nodes {
+		nodes[i] = n
+	}
+	locker, err := redlock.New(nodes, redlock.Config{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	cfg.KeyPrefix, cfg.KeyTTL, cfg.DefaultTTL, cfg.MaxTTL, cfg.MaxWait = "s:", 10*time.Second, 30*time.Second, time.Hour, time.Minute
+	m, err := lease.NewManager(locker, cfg)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { m.Close(context.Background()) })
+	return m
+}
+
+// serve runs h behind the sidecar's own http.Server settings.
+func (b *statusBench) serve(h http.Handler) *httptest.Server {
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config = sidecar.NewHTTPServer(h, discardLogger())
+	srv.Start()
+	b.t.Cleanup(srv.Close)
+	return srv
+}
+
+func (b *statusBench) api(m *lease.Manager, opts ...httpapi.Option) *httptest.Server {
+	return b.serve(httpapi.NewServer(discardLogger(), m, nil, opts...))
+}
+
+// answer sends one request and returns its status once the headers are
+// in (a stream is then closed), checking that a problem's type is its
+// code's.
+func answer(t *testing.T, srv *httptest.Server, method, path, body string, header ...string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	if res.Header.Get("Content-Type") == "application/problem+json" {
+		var p struct{ Type, Code string }
+		if err := json.NewDecoder(res.Body).Decode(&p); err != nil || p.Code == "" || !strings.HasSuffix(p.Type, "#"+p.Code) {
+			t.Errorf("%s %s: problem type %q for code %q (%v)", method, path, p.Type, p.Code, err)
+		}
+	}
+	return res.StatusCode
+}
+
+// acquireToken takes name on srv and returns the token.
+func acquireToken(t *testing.T, srv *httptest.Server, name string) string {
+	t.Helper()
+	res, err := srv.Client().Post(srv.URL+"/locks/"+name, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var l struct{ Token string }
+	if err := json.NewDecoder(res.Body).Decode(&l); err != nil || res.StatusCode != 200 {
+		t.Fatalf("acquiring %s: %d %v", name, res.StatusCode, err)
+	}
+	return l.Token
+}
+
+// fixedReadiness is a Readiness that reports ready or not.
+type fixedReadiness bool
+
+func (r fixedReadiness) Report() health.Report { return health.Report{Ready: bool(r)} }
+
+// failingCollector makes the Prometheus handler fail to gather.
+type failingCollector struct{ desc *prometheus.Desc }
+
+func (c failingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c failingCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.NewInvalidMetric(c.desc, errors.New("collection failed"))
+}
+
+const zeroToken = "00000000000000000000000000000000"
+
+// Every status the spec lists for an operation is one its handlers
+// answer, and every status they can answer is listed: each documented
+// status is provoked here for real (through the sidecar's own HTTP server
+// settings), and the statuses provoked per operation must equal the spec's.
+// 500 is provoked by a nil Manager or Readiness (a panic the recoverer
+// answers), 431 by headers over the sidecar's limit. A status the handlers
+// can answer but nothing here provokes is the one gap left: add its
+// provocation with its response.
+func TestOperationStatusesAreTheOnesServed(t *testing.T) {
+	b := newStatusBench(t)
+	m := b.manager(lease.Config{})
+	api := b.api(m)
+	framing := b.api(m, httpapi.WithFramingCheck(func(string) bool { return true }))
+	guarded := b.api(m, httpapi.WithAPIToken("status-test-api-token"))
+	broken := b.serve(httpapi.NewServer(discardLogger(), nil, nil))
+	limited := b.api(b.manager(lease.Config{MaxLocks: 1}))
+	acquireToken(t, limited, "limit/first")
+	downNodes := newStatusBench(t)
+	down := downNodes.api(downNodes.manager(lease.Config{}))
+	for _, n := range downNodes.nodes {
+		n.SetDown(true)
+	}
+	bigHeader := []string{"X-Big", strings.Repeat("h", 64<<10)}
+	bigBody := `{"owner":"` + strings.Repeat("o", 70<<10) + `"}`
+	held := acquireToken(t, api, "status/held")
+	idem := []string{"Idempotency-Key", "status-test-idempotency-key"}
+	if got := answer(t, api, "POST", "/locks/status/idem?ttl=30s", "", idem...); got != 200 {
+		t.Fatalf("idempotent acquire: %d", got)
+	}
+
+	metricsOK := promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{})
+	failing := prometheus.NewRegistry()
+	failing.MustRegister(failingCollector{prometheus.NewDesc("status_test_failing", "fails", nil, nil)})
+	admin := b.serve(httpapi.NewAdminServer(discardLogger(), fixedReadiness(true), metricsOK))
+	notReady := b.serve(httpapi.NewAdminServer(discardLogger(), fixedReadiness(false), metricsOK))
+	adminBroken := b.serve(httpapi.NewAdminServer(discardLogger(), nil, promhttp.HandlerFor(failing, promhttp.HandlerOpts{})))
+
+	type provocation struct {
+		status int
+		do     func() int
+	}
+	req := func(srv *httptest.Server, method, path, body string, header ...string) func() int {
+		return func() int { return answer(t, srv, method, path, body, header...) }
+	}
+	tok := func(token string) []string { return []string{"Lock-Token", token} }
+	ops := map[string][]provocation{
+		"get /locks": {
+			{200, req(api, "GET", "/locks", "")},
+			{400, req(framing, "GET", "/locks", "")},
+			{401, req(guarded, "GET", "/locks", "")},
+			{431, req(api, "GET", "/locks", "", bigHeader...)},
+			{500, req(broken, "GET", "/locks", "")},
+		},
+		"post /locks/{name}": {
+			{200, req(api, "POST", "/locks/status/free", "")},
+			{204, req(api, "POST", "/locks/status/reconnect?hold=true", "", "Last-Event-ID", "3")},
+			{400, req(api, "POST", "/locks/status/x?ttl=soon", "")},
+			{401, req(guarded, "POST", "/locks/status/x", "")},
+			{409, req(api, "POST", "/locks/status/held", "")},
+			{413, req(api, "POST", "/locks/status/x", bigBody)},
+			{422, req(api, "POST", "/locks/status/idem?ttl=31s", "", idem...)},
+			{429, req(limited, "POST", "/locks/limit/second", "")},
+			{431, req(api, "POST", "/locks/status/x", "", bigHeader...)},
+			{500, req(broken, "POST", "/locks/status/x", "")},
+			{503, req(down, "POST", "/locks/status/x", "")},
+		},
+		"put /locks/{name}": {
+			{200, req(api, "PUT", "/locks/status/held", "", tok(held)...)},
+			{400, req(api, "PUT", "/locks/status/held", "")},
+			{401, req(guarded, "PUT", "/locks/status/held", "", tok(held)...)},
+			{410, req(api, "PUT", "/locks/status/held", "", tok(zeroToken)...)},
+			{413, req(api, "PUT", "/locks/status/held", bigBody, tok(held)...)},
+			{431, req(api, "PUT", "/locks/status/held", "", append(tok(held), bigHeader...)...)},
+			{500, req(broken, "PUT", "/locks/status/held", "", tok(zeroToken)...)},
+		},
+		"delete /locks/{name}": {
+			{204, func() int {
+				return answer(t, api, "DELETE", "/locks/status/gone", "", tok(acquireToken(t, api, "status/gone"))...)
+			}},
+			{400, req(api, "DELETE", "/locks/status/held", "")},
+			{401, req(guarded, "DELETE", "/locks/status/held", "", tok(held)...)},
+			{410, req(api, "DELETE", "/locks/status/held", "", tok(zeroToken)...)},
+			{413, req(api, "DELETE", "/locks/status/held", bigBody, tok(zeroToken)...)},
+			{431, req(api, "DELETE", "/locks/status/held", "", append(tok(zeroToken), bigHeader...)...)},
+			{500, req(broken, "DELETE", "/locks/status/held", "", tok(zeroToken)...)},
+		},
+		"get /locks/{name}": {
+			{200, req(api, "GET", "/locks/status/held", "")},
+			{400, req(api, "GET", "/locks/status/held?x=1", "")},
+			{401, req(guarded, "GET", "/locks/status/held", "")},
+			{431, req(api, "GET", "/locks/status/held", "", bigHeader...)},
+			{500, req(broken, "GET", "/locks/status/held", "")},
+			{503, req(down, "GET", "/locks/status/held", "")},
+		},
+		"get /locks/{name}/events": {
+			{200, req(api, "GET", "/locks/status/held/events", "", tok(held)...)},
+			{204, req(api, "GET", "/locks/status/held/events", "", append(tok(zeroToken), "Last-Event-ID", "2")...)},
+			{400, req(api, "GET", "/locks/status/held/events", "")},
+			{401, req(guarded, "GET", "/locks/status/held/events", "", tok(held)...)},
+			{410, req(api, "GET", "/locks/status/held/events", "", tok(zeroToken)...)},
+			{413, req(api, "GET", "/locks/status/held/events", bigBody, tok(zeroToken)...)},
+			{431, req(api, "GET", "/locks/status/held/events", "", append(tok(held), bigHeader...)...)},
+			{500, req(broken, "GET", "/locks/status/held/events", "", tok(zeroToken)...)},
+		},
+		"get /healthz": {
+			{200, req(admin, "GET", "/healthz", "")},
+			{431, req(admin, "GET", "/healthz", "", bigHeader...)},
+		},
+		"get /readyz": {
+			{200, req(admin, "GET", "/readyz", "")},
+			{431, req(admin, "GET", "/readyz", "", bigHeader...)},
+			{500, req(adminBroken, "GET", "/readyz", "")},
+			{503, req(notReady, "GET", "/readyz", "")},
+		},
+		"get /metrics": {
+			{200, req(admin, "GET", "/metrics", "")},
+			{431, req(admin, "GET", "/metrics", "", bigHeader...)},
+			{500, req(adminBroken, "GET", "/metrics", "")},
+		},
+	}
+	documented := documentedStatuses(t)
+	for _, op := range slices.Sorted(maps.Keys(ops)) {
+		var provoked []int
+		for _, p := range ops[op] {
+			if got := p.do(); got != p.status {
+				t.Errorf("%s: the provocation of %d answered %d", op, p.status, got)
+			}
+			provoked = append(provoked, p.status)
+		}
+		if !slices.Equal(provoked, documented[op]) {
+			t.Errorf("%s: the spec lists %v, the handlers answer %v", op, documented[op], provoked)
+		}
+		delete(documented, op)
+	}
+	for op := range documented {
+		t.Errorf("%s: in the spec, but nothing here provokes its statuses", op)
+	}
+}
+
+// documentedStatuses is each operation's statuses in the spec, sorted.
+func documentedStatuses(t *testing.T) map[string][]int {
+	t.Helper()
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(httpapi.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]int{}
+	for path, item := range doc.Paths {
+		for method, raw := range item {
+			if method == "parameters" || method == "servers" {
+				continue
+			}
+			var op struct {
+				Responses map[string]json.RawMessage `json:"responses"`
+			}
+			if err := json.Unmarshal(raw, &op); err != nil {
+				t.Fatal(err)
+			}
+			key := method + " " + path
+			for status := range op.Responses {
+				n, err := strconv.Atoi(status)
+				if err != nil {
+					t.Fatalf("%s: response %q is not a status (no default or ranges: every status is listed)", key, status)
+				}
+				out[key] = append(out[key], n)
+			}
+			slices.Sort(out[key])
+		}
+	}
+	return out
+}
+
+// With every master down, a heartbeat, a release and an events stream do
+// not answer 503 (so the spec lists none for them): the heartbeat keeps
+// the lease and answers the valid_until already promised, the release ends
+// the lease (the keys lapse), the stream follows the lease.
+func TestHeartbeatReleaseAndEventsWithMastersDownAreNot503(t *testing.T) {
+	b := newStatusBench(t)
+	api := b.api(b.manager(lease.Config{}))
+	token := acquireToken(t, api, "down/held")
+	for _, n := range b.nodes {
+		n.SetDown(true)
+	}
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{"PUT", "/locks/down/held", 200},
+		{"GET", "/locks/down/held/events", 200},
+		{"DELETE", "/locks/down/held", 204},
+	} {
+		if got := answer(t, api, c.method, c.path, "", "Lock-Token", token); got != c.want {
+			t.Errorf("%s %s with every master down: %d, want %d", c.method, c.path, got, c.want)
+		}
+	}
+}
