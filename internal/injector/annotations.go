@@ -21,9 +21,13 @@ import (
 const (
 	// Prefix of every label and annotation the injector reads or writes.
 	Prefix = "sidelock.io/"
-	// InjectLabel opts a pod in; the webhook's objectSelector matches it,
-	// so the API server never sends the injector any other pod.
+	// InjectLabel set to OptIn opts a pod in, in any namespace; set to
+	// OptOut, it keeps a pod of an opted-in namespace out. The webhook's
+	// selectors match it (and the namespace label), so the API server
+	// sends the injector no other pod. Injected pods carry it set to OptIn.
 	InjectLabel = Prefix + "inject"
+	OptIn       = "true"
+	OptOut      = "false"
 	// StatusAnnotation marks a pod the injector has handled, which makes
 	// injection idempotent (reinvocation, replays).
 	StatusAnnotation = Prefix + "status"

@@ -1,6 +1,17 @@
 // Package injector is sidelock's sidecar injector: a mutating admission
 // webhook (AdmissionReview v1) that adds the sidelock container to the pods
-// that opt in with the label sidelock.io/inject: "true".
+// that opt in: with the label sidelock.io/inject: "true", or by being created
+// in a namespace labelled sidelock-injection: enabled without the label
+// sidelock.io/inject: "false".
+//
+// Which pods opt in is the webhook's selectors' business (the chart's two
+// webhook entries, one per way in): the API server sends the injector only
+// those. A review carries no namespace labels, so the injector cannot
+// re-check the namespace's opt-in; it checks what it can see and what both
+// entries agree on: a pod labelled sidelock.io/inject: "false" is never
+// injected. Every pod it injects leaves labelled sidelock.io/inject: "true",
+// whichever way it came in, so that one label selects all pods with the
+// sidecar (the masters' NetworkPolicy, the PodMonitor).
 //
 // The container comes from a Spec, which the Helm chart renders from the
 // same `sidelock.sidecar` named template that app charts include by hand;
@@ -219,8 +230,8 @@ func (i *Injector) inject(p *pod, ns string) (patch []byte, warnings []string, e
 		why = "excluded namespace"
 	case p.Metadata.Labels.get(ComponentLabel) == ComponentInjector:
 		why = "the injector's own pod"
-	case p.Metadata.Labels.get(InjectLabel) != "true":
-		why = "not opted in with " + InjectLabel + `: "true"`
+	case p.Metadata.Labels.get(InjectLabel) == OptOut:
+		why = "opted out with " + InjectLabel + `: "false"`
 	case p.Metadata.Annotations.get(StatusAnnotation) == StatusInjected:
 		why = "already injected"
 	case slices.ContainsFunc(slices.Concat(p.Spec.InitContainers, p.Spec.Containers), func(c podContainer) bool { return c.Name == i.spec.name }):
@@ -273,6 +284,9 @@ func (i *Injector) inject(p *pod, ns string) (patch []byte, warnings []string, e
 			}
 		}
 	}
+	if p.Metadata.Labels.get(InjectLabel) != OptIn {
+		ops = append(ops, labelOp(p, InjectLabel, OptIn))
+	}
 	if !p.Metadata.Annotations.any {
 		ops = append(ops, patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{StatusAnnotation: StatusInjected}})
 	} else {
@@ -280,6 +294,14 @@ func (i *Injector) inject(p *pod, ns string) (patch []byte, warnings []string, e
 	}
 	patch, err = json.Marshal(ops)
 	return patch, warnings, err
+}
+
+// labelOp sets a label of p: into the existing labels, or as the first.
+func labelOp(p *pod, key, value string) patchOp {
+	if !p.Metadata.Labels.any {
+		return patchOp{Op: "add", Path: "/metadata/labels", Value: map[string]string{key: value}}
+	}
+	return patchOp{Op: "add", Path: "/metadata/labels/" + escapePointer(key), Value: value}
 }
 
 // checkPorts refuses a sidecar port that a container of the pod declares

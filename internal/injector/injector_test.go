@@ -245,8 +245,7 @@ func TestLeavesOtherPodsAlone(t *testing.T) {
 		name string
 		req  *injector.AdmissionRequest
 	}{
-		{"no label", request("u", "shop", "CREATE", podJSON(map[string]string{"app": "web"}, nil, ""))},
-		{"label not true", request("u", "shop", "CREATE", podJSON(map[string]string{"sidelock.io/inject": "yes"}, nil, ""))},
+		{"opted out", request("u", "shop", "CREATE", podJSON(map[string]string{"sidelock.io/inject": "false", "app": "web"}, nil, ""))},
 		{"kube-system", request("u", "kube-system", "CREATE", podJSON(optIn, nil, ""))},
 		{"kube-system from the pod", request("u", "", "CREATE", strings.Replace(podJSON(optIn, nil, ""), `"generateName"`, `"namespace":"kube-system","generateName"`, 1))},
 		{"excluded namespace", request("u", "legacy", "CREATE", podJSON(optIn, nil, ""))},
@@ -272,6 +271,47 @@ func TestLeavesOtherPodsAlone(t *testing.T) {
 				t.Errorf("got %+v, want allowed, unchanged, uid echoed", resp)
 			}
 		})
+	}
+}
+
+// A pod of a namespace labelled sidelock-injection: enabled comes without
+// the pod label (the webhook's namespace entry sends every pod there but
+// those labelled "false"): it is injected, and leaves labelled
+// sidelock.io/inject: "true" like every injected pod, so that one label
+// selects them all (NetworkPolicy, PodMonitor). Its other labels stay.
+func TestNamespaceOptInPodIsInjectedAndLabelled(t *testing.T) {
+	inj := newInjector(t, loadSpec(t))
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"no labels at all", nil},
+		{"other labels", map[string]string{"app": "web", "a/b~c": "x"}},
+		{"label neither true nor false", map[string]string{"sidelock.io/inject": "yes", "app": "web"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := podJSON(tc.labels, nil, "")
+			p := mutated(t, doc, post(t, inj, reviewBody(t, request("u", "shop", "CREATE", doc))))
+			if inits := initContainers(p); len(inits) != 1 || inits[0]["name"] != "sidelock" {
+				t.Fatalf("init containers %v, want the sidecar", inits)
+			}
+			got, _ := p["metadata"].(map[string]any)["labels"].(map[string]any)
+			want := map[string]any{"sidelock.io/inject": "true"}
+			for k, v := range tc.labels {
+				if k != "sidelock.io/inject" {
+					want[k] = v
+				}
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("labels %v, want %v", got, want)
+			}
+		})
+	}
+	// A pod that opted in by label keeps its labels as they are.
+	doc := podJSON(optIn, nil, "")
+	resp := post(t, inj, reviewBody(t, request("u", "shop", "CREATE", doc)))
+	if strings.Contains(string(resp.Patch), "/metadata/labels") {
+		t.Errorf("patch touches the labels of a pod labelled %v: %s", optIn, resp.Patch)
 	}
 }
 

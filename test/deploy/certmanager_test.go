@@ -75,4 +75,7 @@ func deepCopyJSON[T runtime.Object](from, to T) runtime.Object {
 var extraKinds = map[schema.GroupVersionKind]func() runtime.Object{
 	{Group: "cert-manager.io", Version: "v1", Kind: "Issuer"}:      func() runtime.Object { return &cmIssuer{} },
 	{Group: "cert-manager.io", Version: "v1", Kind: "Certificate"}: func() runtime.Object { return &cmCertificate{} },
+	// The Prometheus Operator's (monitoring_test.go).
+	{Group: "monitoring.coreos.com", Version: "v1", Kind: "PodMonitor"}:     func() runtime.Object { return &pmPodMonitor{} },
+	{Group: "monitoring.coreos.com", Version: "v1", Kind: "PrometheusRule"}: func() runtime.Object { return &pmPrometheusRule{} },
 }

@@ -124,8 +124,9 @@ type chartCase struct {
 	// persistence: "" (none) or the expected appendfsync.
 	persistence  string
 	antiAffinity string
-	secret       string // Secret the passwords come from; "" without auth
+	secret       string // Secret the passwords come from; "" without auth or with own masters' generated one
 	secretExists bool   // that Secret is the user's, not rendered
+	noAuth       bool   // own masters without a password (redis.auth.enabled=false)
 }
 
 var chartCases = []chartCase{
@@ -137,6 +138,7 @@ var chartCases = []chartCase{
 		name: "external masters",
 		values: `redis:
   enabled: false
+  auth: {enabled: false}
   externalAddrs: [redis-a.example.com:6379, redis-b.example.com:6379, 10.0.0.7:6380]`,
 		external:  []string{"redis-a.example.com:6379", "redis-b.example.com:6379", "10.0.0.7:6380"},
 		readiness: true,
@@ -152,6 +154,7 @@ var chartCases = []chartCase{
 		masters: 3, readiness: true, antiAffinity: "hard", persistence: "everysec",
 	},
 	{name: "no readiness probe", values: "sidecar: {readinessProbe: {enabled: false}}", masters: 3, antiAffinity: "hard"},
+	{name: "no auth", values: "redis: {auth: {enabled: false}}", masters: 3, readiness: true, antiAffinity: "hard", noAuth: true},
 	{
 		name:    "auth with chart secret",
 		values:  "redis: {auth: {enabled: true, password: s3cret}}",
@@ -173,6 +176,7 @@ sidecar:
 		name: "external quorum groups, named and unnamed",
 		values: `redis:
   enabled: false
+  auth: {enabled: false}
   externalGroups:
     - {name: east, addrs: [east-0.corp:6379, east-1.corp:6379, east-2.corp:6379]}
     - addrs: [west-2.corp:6379, west-0.corp:6379, west-1.corp:6379]
@@ -201,6 +205,7 @@ sidecar:
 		name: "one external quorum, migrating from groups",
 		values: `redis:
   enabled: false
+  auth: {enabled: false}
   externalAddrs: [c-0.corp:6379, c-1.corp:6379, c-2.corp:6379]
   previousGroups:
     - {name: a, addrs: [a-0.corp:6379]}
@@ -280,6 +285,9 @@ func checkChartCase(t *testing.T, tc chartCase, objs []object) {
 			t.Errorf("anti-affinity %q, want %q", m.antiAffinity, tc.antiAffinity)
 		}
 		checkPersistence(t, tc.persistence, m)
+		if tc.secret == "" && !tc.noAuth { // the chart's own, generated
+			tc.secret = m.sts.Name + "-auth"
+		}
 	} else if ok {
 		t.Fatalf("StatefulSet %s rendered with redis.enabled=false", m.sts.Name)
 	}
@@ -330,6 +338,28 @@ func checkAuth(t *testing.T, tc chartCase, objs []object, sidecar corev1.Contain
 	}
 	if rendered := named[*corev1.Secret](objs, tc.secret) != nil; tc.secret != "" && rendered == tc.secretExists {
 		t.Errorf("Secret %s rendered: %v, want %v", tc.secret, rendered, !tc.secretExists)
+	}
+	if m.sts != nil {
+		checkMastersAuth(t, m, tc.secret != "")
+	}
+}
+
+// checkMastersAuth: with a password, the masters get it as an argument
+// (never in their ConfigMap) and keep protected mode on, which refuses
+// every client but loopback should the password ever come empty; without
+// one, protected mode is off (or no pod could connect) and the
+// NetworkPolicy alone keeps them apart.
+func checkMastersAuth(t *testing.T, m masters, auth bool) {
+	t.Helper()
+	cmd := strings.Join(redisContainer(m.sts).Command, " ")
+	if got := strings.Contains(cmd, `--requirepass "$REDIS_PASSWORD"`); got != auth {
+		t.Errorf("redis-server started with --requirepass: %v, want %v (%s)", got, auth, cmd)
+	}
+	if _, ok := m.conf["requirepass"]; ok {
+		t.Error("redis.conf (a ConfigMap) holds the password")
+	}
+	if got, want := strings.Join(m.conf["protected-mode"], " "), map[bool]string{true: "yes", false: "no"}[auth]; got != want {
+		t.Errorf("protected-mode %q with auth %v, want %q", got, auth, want)
 	}
 }
 
@@ -402,7 +432,6 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"password in an address", "redis: {enabled: false, externalAddrs: ['S3cr3t@redis-a:6379']}", "/redis/externalAddrs/0"},
 		{"URL in an address", "redis: {enabled: false, externalAddrs: ['redis://:S3cr3t@redis-a:6379']}", "/redis/externalAddrs/0"},
 		{"key prefix with #", "sidecar: {config: {keyPrefix: 'sidelock:victim#'}}", "/sidecar/config/keyPrefix"},
-		{"auth without a password", "redis: {auth: {enabled: true}}", "/redis/auth"},
 		{"tls to own masters", "redis: {tls: {enabled: true}}", "/redis/tls/enabled"},
 		{"client cert without key", "redis: {enabled: false, externalAddrs: ['a:6379'], tls: {enabled: true, certFile: /c}}", "/redis/tls/keyFile"},
 		{"drift factor too large", "sidecar: {config: {driftFactor: 0.5}}", "/sidecar/config/driftFactor"},

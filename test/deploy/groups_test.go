@@ -72,6 +72,7 @@ func TestChartConnectionsAndReadyPolicy(t *testing.T) {
 func TestChartNotesQuorumGroups(t *testing.T) {
 	r, err := render(loadChart(t), parseValues(t, `redis:
   enabled: false
+  auth: {enabled: false}
   externalGroups:
     - {name: east, addrs: [e-0:6379, e-1:6379, e-2:6379]}
     - addrs: [w-0:6379, w-1:6379, w-2:6379]
@@ -108,7 +109,7 @@ sidecar: {config: {readyPolicy: any}}`), releaseName)
 // config.validate, checkGroupSpecs and checkMigration.
 func TestChartRejectsBadMasters(t *testing.T) {
 	const (
-		ext = "redis:\n  enabled: false\n"
+		ext = "redis:\n  enabled: false\n  auth: {enabled: false}\n"
 		a   = "{name: a, addrs: [a-0:6379, a-1:6379, a-2:6379]}"
 		b   = "{name: b, addrs: [b-0:6379, b-1:6379, b-2:6379]}"
 	)
@@ -124,6 +125,7 @@ func TestChartRejectsBadMasters(t *testing.T) {
 		{"a group renamed", ext + "  externalGroups: [" + a + "]\n  previousGroups: [{name: old, addrs: [a-0:6379, a-1:6379, a-2:6379]}]", `redis.previousGroups: master a-0:6379 is in group "a" now and in group "old" before`},
 		{"one quorum named on its way into groups", ext + "  externalGroups: [" + a + ", " + b + "]\n  previousGroups: [{addrs: [a-0:6379, a-1:6379, a-2:6379]}]", `master a-0:6379 is in group "a" now and in group "a-0:6379,a-1:6379,a-2:6379" before`},
 		{"addresses moving to groups", ext + "  externalAddrs: [a-0:6379, a-1:6379, a-2:6379]\n  previousGroups: [" + a + "]", `master a-0:6379 is in group "a-0:6379,a-1:6379,a-2:6379" now and in group "a" before`},
+		{"external masters without a password", "redis:\n  enabled: false\n  externalAddrs: [a:6379]", "redis.auth.enabled is on (the default) but the external masters have no password"},
 		{"own masters in a previous group", "redis:\n  previousGroups: [{name: a, addrs: [shop-sidelock-redis-0.shop-sidelock-redis-headless.payments.svc.cluster.local:6379]}]", `redis.previousGroups: master shop-sidelock-redis-0.`},
 	}
 	for _, tc := range cases {

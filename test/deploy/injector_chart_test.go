@@ -46,11 +46,15 @@ type injectorWant struct {
 	port          int32
 	certManager   bool
 	issuer        cmObjectReference // certManager: expected issuerRef of the serving certificate
+	noNamespaces  bool              // injector.namespaceOptIn off: the pod label is the only way in
 }
 
 var defaultInjector = injectorWant{
 	replicas: 2, failurePolicy: admissionregistrationv1.Fail, timeout: 5, exclude: []string{"kube-system"}, port: 8443,
 }
+
+// The namespace label that opts every pod of a namespace in.
+var optedInNamespace = labels.Set{"sidelock-injection": "enabled"}
 
 // injectorObjs are the injector's rendered objects.
 type injectorObjs struct {
@@ -95,7 +99,7 @@ func findInjector(t *testing.T, objs []object) (o injectorObjs, ok bool) {
 	if o.sa == nil {
 		t.Fatalf("no ServiceAccount %q", o.pod.ServiceAccountName)
 	}
-	if len(o.webhook.Webhooks) == 1 && o.webhook.Webhooks[0].ClientConfig.Service != nil {
+	if len(o.webhook.Webhooks) > 0 && o.webhook.Webhooks[0].ClientConfig.Service != nil {
 		o.svc = named[*corev1.Service](objs, o.webhook.Webhooks[0].ClientConfig.Service.Name)
 	}
 	for _, v := range o.pod.Volumes {
@@ -144,16 +148,33 @@ func checkInjector(t *testing.T, objs []object, want injectorWant) injectorObjs 
 	return o
 }
 
+// checkWebhook checks the webhook entries: one per way in (the pod label;
+// the namespace label, unless want.noNamespaces), each alike but for its
+// selectors, and together sending exactly the pods that opt in, each by
+// one entry only.
 func checkWebhook(t *testing.T, o injectorObjs, want injectorWant) {
 	t.Helper()
-	if n := len(o.webhook.Webhooks); n != 1 {
-		t.Fatalf("%d webhooks, want 1", n)
+	wantNames := []string{"inject.sidelock.io", "namespace.inject.sidelock.io"}
+	if want.noNamespaces {
+		wantNames = wantNames[:1]
 	}
-	h := o.webhook.Webhooks[0]
-	where := "webhook " + o.webhook.Name + "/" + h.Name
+	var names []string
+	for _, h := range o.webhook.Webhooks {
+		names = append(names, h.Name)
+		checkWebhookEntry(t, o, h, want)
+	}
+	if !slices.Equal(names, wantNames) {
+		t.Fatalf("webhooks %v, want %v", names, wantNames)
+	}
 	if !strings.HasSuffix(o.webhook.Name, "-"+releaseNS) {
-		t.Errorf("%s: cluster-scoped, so its name must carry the namespace", where)
+		t.Errorf("webhook %s: cluster-scoped, so its name must carry the namespace", o.webhook.Name)
 	}
+	checkWebhookSelectors(t, o, want)
+}
+
+func checkWebhookEntry(t *testing.T, o injectorObjs, h admissionregistrationv1.MutatingWebhook, want injectorWant) {
+	t.Helper()
+	where := "webhook " + o.webhook.Name + "/" + h.Name
 	wantRules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 		Rule: admissionregistrationv1.Rule{
@@ -162,8 +183,6 @@ func checkWebhook(t *testing.T, o injectorObjs, want injectorWant) {
 		},
 	}}
 	switch {
-	case h.Name != "inject.sidelock.io":
-		t.Errorf("%s: name", where)
 	case !slices.Equal(h.AdmissionReviewVersions, []string{"v1"}):
 		t.Errorf("%s: admissionReviewVersions %v, want [v1] (what the injector speaks)", where, h.AdmissionReviewVersions)
 	case h.SideEffects == nil || *h.SideEffects != admissionregistrationv1.SideEffectClassNone:
@@ -178,49 +197,59 @@ func checkWebhook(t *testing.T, o injectorObjs, want injectorWant) {
 		t.Errorf("%s: matchPolicy %v, want Equivalent", where, h.MatchPolicy)
 	case !equality.Semantic.DeepEqual(h.Rules, wantRules):
 		t.Errorf("%s: rules %+v, want pod CREATE only", where, h.Rules)
+	case h.ObjectSelector == nil || h.NamespaceSelector == nil:
+		t.Errorf("%s: objectSelector %v, namespaceSelector %v: both needed", where, h.ObjectSelector, h.NamespaceSelector)
 	}
-
-	// Only opted-in pods, never the injector's own, even if labelled.
-	objSel, err := metav1.LabelSelectorAsSelector(h.ObjectSelector)
-	if err != nil || h.ObjectSelector == nil {
-		t.Fatalf("%s: objectSelector: %v", where, err)
-	}
-	own := maps.Clone(o.deploy.Spec.Template.Labels)
-	for _, tc := range []struct {
-		pod  labels.Set
-		want bool
-	}{
-		{labels.Set{injector.InjectLabel: "true", "app": "web"}, true},
-		{labels.Set{"app": "web"}, false},
-		{labels.Set{injector.InjectLabel: "false"}, false},
-		{labels.Set{}, false},
-		{labels.Set(own), false},
-		{labels.Merge(own, labels.Set{injector.InjectLabel: "true"}), false},
-	} {
-		if got := objSel.Matches(tc.pod); got != tc.want {
-			t.Errorf("%s: objectSelector matches pod labels %v: %v, want %v", where, tc.pod, got, tc.want)
-		}
-	}
-	nsSel, err := metav1.LabelSelectorAsSelector(h.NamespaceSelector)
-	if err != nil || h.NamespaceSelector == nil {
-		t.Fatalf("%s: namespaceSelector: %v", where, err)
-	}
-	for _, ns := range append([]string{releaseNS, "default", "shop"}, want.exclude...) {
-		wantMatch := !slices.Contains(want.exclude, ns)
-		if got := nsSel.Matches(labels.Set{corev1.LabelMetadataName: ns}); got != wantMatch {
-			t.Errorf("%s: namespaceSelector matches %s: %v, want %v", where, ns, got, wantMatch)
-		}
-	}
-
 	svc := h.ClientConfig.Service
 	switch {
 	case h.ClientConfig.URL != nil || svc == nil:
 		t.Fatalf("%s: clientConfig must name the Service", where)
-	case o.svc == nil:
+	case o.svc == nil || svc.Name != o.svc.Name:
 		t.Fatalf("%s: no Service %s rendered", where, svc.Name)
 	case svc.Namespace != releaseNS || svc.Path == nil || *svc.Path != "/mutate" || svc.Port == nil || *svc.Port != 443:
 		t.Errorf("%s: clientConfig.service %s/%s port %v path %v, want %s, 443, /mutate", where, svc.Namespace, svc.Name, svc.Port, svc.Path, releaseNS)
 	}
+}
+
+// checkWebhookSelectors: over pods and namespaces labelled every way, the
+// entries send a pod to the injector exactly when it opts in (the pod
+// label "true" anywhere; in an opted-in namespace, anything but "false"),
+// never the injector's own pods nor those of excluded namespaces, and
+// never by two entries (the API server would call the injector twice).
+func checkWebhookSelectors(t *testing.T, o injectorObjs, want injectorWant) {
+	t.Helper()
+	own := labels.Set(maps.Clone(o.deploy.Spec.Template.Labels))
+	pods := []labels.Set{
+		{injector.InjectLabel: "true", "app": "web"}, {"app": "web"}, {injector.InjectLabel: "false"},
+		{injector.InjectLabel: "yes"}, {}, own, labels.Merge(own, labels.Set{injector.InjectLabel: "true"}),
+	}
+	for _, ns := range append([]string{releaseNS, "default", "shop"}, want.exclude...) {
+		for _, nsLabels := range []labels.Set{{corev1.LabelMetadataName: ns}, labels.Merge(optedInNamespace, labels.Set{corev1.LabelMetadataName: ns})} {
+			for _, pod := range pods {
+				excluded := slices.Contains(want.exclude, ns) || pod[injector.ComponentLabel] == injector.ComponentInjector
+				nsOptIn := !want.noNamespaces && optedInNamespace.AsSelector().Matches(nsLabels)
+				wantSent := !excluded && (pod[injector.InjectLabel] == "true" || nsOptIn && pod[injector.InjectLabel] != "false")
+				var by []string
+				for _, h := range o.webhook.Webhooks {
+					if matchesSelector(t, h.ObjectSelector, pod) && matchesSelector(t, h.NamespaceSelector, nsLabels) {
+						by = append(by, h.Name)
+					}
+				}
+				if len(by) > 1 || (len(by) == 1) != wantSent {
+					t.Errorf("pod labels %v in namespace %v: sent by %v, want by one entry: %v", pod, nsLabels, by, wantSent)
+				}
+			}
+		}
+	}
+}
+
+func matchesSelector(t *testing.T, sel *metav1.LabelSelector, set labels.Set) bool {
+	t.Helper()
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		t.Fatalf("selector %v: %v", sel, err)
+	}
+	return s.Matches(set)
 }
 
 func checkInjectorService(t *testing.T, o injectorObjs) {
@@ -507,6 +536,7 @@ func TestInjectorRendered(t *testing.T) {
 			}(),
 		},
 		{name: "long release name", values: "", want: defaultInjector},
+		{name: "pod label only", values: "injector: {namespaceOptIn: false}", want: func() injectorWant { w := defaultInjector; w.noNamespaces = true; return w }()},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -28,8 +28,18 @@ func loadSchema(t *testing.T) jsonSchema {
 }
 
 // openMaps are the only objects whose keys are not ours: Helm's global
-// values (owned by a parent chart) and nodeSelectors (label keys).
-var openMaps = []string{"/properties/global", "/properties/redis/properties/nodeSelector", "/properties/injector/properties/nodeSelector"}
+// values (owned by a parent chart), nodeSelectors and the maps of labels
+// and annotations (label keys), and the parts of an affinity (Kubernetes
+// types, deep and validated by the API server).
+var openMaps = []string{
+	"/properties/global", "/properties/redis/properties/nodeSelector", "/properties/injector/properties/nodeSelector",
+	"/definitions/stringMap",
+	"/definitions/affinity/properties/nodeAffinity", "/definitions/affinity/properties/podAffinity", "/definitions/affinity/properties/podAntiAffinity",
+}
+
+// kubernetesShaped values are checked at their top only: their members are
+// optional by design.
+var kubernetesShaped = []string{"resources", "affinity", "clientNamespaceSelector"}
 
 // Every object in the schema rejects unknown keys, so a mistyped value
 // fails instead of being ignored.
@@ -63,8 +73,7 @@ func TestValuesSchemaIsClosed(t *testing.T) {
 
 // Every key the schema allows has a default in values.yaml, where it is
 // documented; the reverse holds because the defaults pass the schema.
-// Kubernetes-shaped blocks (resources) are checked at their top only: their
-// members are optional by design.
+// Kubernetes-shaped blocks (kubernetesShaped) are checked at their top only.
 func TestValuesAreDocumented(t *testing.T) {
 	schema := loadSchema(t)
 	defaults, err := chartutil.ReadValuesFile(filepath.Join(chartDir, "values.yaml"))
@@ -87,7 +96,7 @@ func TestValuesAreDocumented(t *testing.T) {
 			case !ok:
 				t.Errorf("%s%s: allowed by the schema but not in values.yaml", path, name)
 			default:
-				if m, isMap := val.(map[string]any); isMap && name != "resources" {
+				if m, isMap := val.(map[string]any); isMap && !slices.Contains(kubernetesShaped, name) {
 					walk(path+name+".", child.(jsonSchema), m)
 				}
 			}

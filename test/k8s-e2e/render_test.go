@@ -143,7 +143,7 @@ func TestRenderedManifestsServerSideDryRun(t *testing.T) {
 	for _, tc := range []struct{ name, values string }{
 		{"defaults", ""},
 		{"five persistent masters with auth", "redis: {masters: 5, persistence: {enabled: true}, auth: {enabled: true, password: s3cret}}"},
-		{"external masters, one injector, Ignore", "redis: {enabled: false, externalAddrs: ['redis-a:6379', 'redis-b:6379', 'redis-c:6379']}\ninjector: {replicas: 1, failurePolicy: Ignore}"},
+		{"external masters, one injector, Ignore", "redis: {enabled: false, auth: {enabled: false}, externalAddrs: ['redis-a:6379', 'redis-b:6379', 'redis-c:6379']}\ninjector: {replicas: 1, failurePolicy: Ignore}"},
 		{"cert-manager", "injector: {certManager: {enabled: true}}"},
 		{"no injector", "injector: {enabled: false}"},
 	} {

@@ -124,6 +124,9 @@ contradicts the current one. Renders nothing.
 {{- if and $r.externalGroups $r.externalAddrs -}}
 {{- fail "set redis.externalAddrs (one quorum group) or redis.externalGroups (several), not both" -}}
 {{- end -}}
+{{- if and (not $r.enabled) $r.auth.enabled (not $r.auth.password) (not $r.auth.existingSecret) -}}
+{{- fail "redis.auth.enabled is on (the default) but the external masters have no password: name a Secret holding it (redis.auth.existingSecret) or give it (redis.auth.password); for masters without a password, set redis.auth.enabled=false" -}}
+{{- end -}}
 {{- $current := include "sidelock.groupsByName" (dict "groups" $r.externalGroups "key" "redis.externalGroups") | fromJson -}}
 {{- if not $r.externalGroups -}}
 {{- $sorted := include "sidelock.redisAddrs" . | splitList "," | sortAlpha | join "," -}}
@@ -197,4 +200,71 @@ capabilities:
     - ALL
 seccompProfile:
   type: RuntimeDefault
+{{- end -}}
+
+{{/*
+sidelock.podLabels: a pod template's labels, the component's podLabels
+under its selector labels (which win: a podLabel cannot detach the pods
+from their controller or Service). Call with (list <selector labels YAML>
+<podLabels>).
+*/}}
+{{- define "sidelock.podLabels" -}}
+{{- $selector := index . 0 | fromYaml -}}
+{{- merge $selector (index . 1 | default dict) | toYaml -}}
+{{- end -}}
+
+{{/*
+sidelock.podScheduling renders the pod spec fields every component takes
+from its values: imagePullSecrets (chart-wide), priorityClassName,
+nodeSelector, tolerations, affinity and topologySpreadConstraints. The
+component's affinity keeps the chart's pod anti-affinity unless it sets a
+podAntiAffinity of its own. Call with (dict "root" $ "values" <component
+values> "antiAffinity" <the chart's podAntiAffinity, a dict>).
+*/}}
+{{- define "sidelock.podScheduling" -}}
+{{- $v := .values -}}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- $affinity := deepCopy ($v.affinity | default dict) }}
+{{- if not (hasKey $affinity "podAntiAffinity") }}
+{{- $_ := set $affinity "podAntiAffinity" .antiAffinity }}
+{{- end }}
+affinity:
+  {{- toYaml $affinity | nindent 2 }}
+{{- with $v.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+sidelock.redisPassword is the password of this chart's Secret, base64: the
+one in the values, else the one the installed Secret holds (read back with
+`lookup`, so upgrades keep it), else a new random one. `helm template` and
+client dry runs cannot look up, so they always show a new one.
+*/}}
+{{- define "sidelock.redisPassword" -}}
+{{- if .Values.redis.auth.password -}}
+{{- .Values.redis.auth.password | b64enc -}}
+{{- else -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "sidelock.redisSecretName" .) -}}
+{{- $data := dict -}}
+{{- if $existing -}}
+{{- $data = $existing.data | default dict -}}
+{{- end -}}
+{{- index $data "password" | default (randAlphaNum 40 | b64enc) -}}
+{{- end -}}
 {{- end -}}
