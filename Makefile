@@ -117,9 +117,13 @@ check-fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# vet covers the product, tools/ and the test modules that only make targets run (test/spec,
+# test/container); test/deploy and test/k8s-e2e are vetted by their own go test runs.
 vet:
 	$(GO) vet $(PKGS)
 	cd $(TOOLS) && $(GO) vet ./...
+	cd test/spec && $(GO) vet ./...
+	cd test/container && $(GO) vet ./...
 
 ## lint: golangci-lint with .golangci.yml over the product and tools/ (built from the module proxy on first use).
 lint:
