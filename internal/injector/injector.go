@@ -265,8 +265,12 @@ func (i *Injector) inject(p *pod, ns string) (patch []byte, warnings []string, e
 		vols = append(vols, v)
 	}
 	if refs := c.secretRefs(); len(refs) > 0 && i.spec.ReleaseNamespace != "" && ns != i.spec.ReleaseNamespace {
-		warnings = append(warnings, fmt.Sprintf("sidelock: the sidecar reads Secret %s, which the chart expects in namespace %s; this pod is in %s, so it needs a copy there",
-			strings.Join(refs, ", "), i.spec.ReleaseNamespace, clip(ns, maxQuotedBytes)))
+		// The injector cannot see whether a copy exists (it has no API
+		// access, see docs/kubernetes.md), so it says what to do if not.
+		nsq := clip(ns, maxQuotedBytes)
+		warnings = append(warnings, fmt.Sprintf("sidelock: the sidecar reads Secret %s, which the chart creates in namespace %s; this pod is in %s, so unless a copy is there it stays in CreateContainerConfigError. "+
+			"For the masters' password: add %s to the chart's redis.auth.copyTo.namespaces and run helm upgrade (namespaces labelled sidelock-injection=enabled get theirs at each helm upgrade while redis.auth.copyTo.optedInNamespaces is on)",
+			strings.Join(refs, ", "), i.spec.ReleaseNamespace, nsq, nsq))
 	}
 
 	var ops []patchOp

@@ -516,7 +516,10 @@ func TestSecretInOtherNamespaceWarns(t *testing.T) {
 	}
 	resp := post(t, inj, reviewBody(t, request("u", "shop", "CREATE", doc)))
 	mutated(t, doc, resp)
-	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "shop-sidelock-redis-auth") || !strings.Contains(resp.Warnings[0], "payments") {
+	// It names the fix: the chart value that copies the Secret (test/deploy
+	// checks that the value exists).
+	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "shop-sidelock-redis-auth") || !strings.Contains(resp.Warnings[0], "payments") ||
+		!strings.Contains(resp.Warnings[0], "add shop to the chart's redis.auth.copyTo.namespaces") {
 		t.Errorf("warnings %v", resp.Warnings)
 	}
 }

@@ -459,6 +459,10 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"name in a group address", "redis: {enabled: false, externalGroups: [{addrs: ['east=a:6379']}]}", "/redis/externalGroups/0/addrs/0"},
 		{"unknown key in a previous group", "redis: {enabled: false, externalAddrs: ['a:6379'], previousGroups: [{addr: ['b:6379']}]}", "additional properties 'addr' not allowed"},
 		{"bad previous group name", "redis: {enabled: false, externalAddrs: ['a:6379'], previousGroups: [{name: 'a/b', addrs: ['b:6379']}]}", "/redis/previousGroups/0/name"},
+		{"copy to a bad namespace name", "redis: {auth: {copyTo: {namespaces: [Team_A]}}}", "/redis/auth/copyTo/namespaces/0"},
+		{"copy to a namespace twice", "redis: {auth: {copyTo: {namespaces: [team-a, team-a]}}}", "/redis/auth/copyTo/namespaces"},
+		{"copy list as a string", "redis: {auth: {copyTo: {namespaces: team-a}}}", "/redis/auth/copyTo/namespaces"},
+		{"unknown key in copyTo", "redis: {auth: {copyTo: {namespace: [team-a]}}}", "additional properties 'namespace' not allowed"},
 		{"previous groups as a map", "redis: {enabled: false, externalAddrs: ['a:6379'], previousGroups: {east: ['b:6379']}}", "/redis/previousGroups"},
 	}
 	for _, tc := range cases {

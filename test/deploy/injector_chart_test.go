@@ -724,14 +724,18 @@ func TestInjectorQuantitiesAreKubernetesQuantities(t *testing.T) {
 	}
 }
 
-// fakeSecrets answers Helm's lookup from a fake API holding some Secrets.
-type fakeSecrets struct{ dyn dynamic.Interface }
+// fakeCluster answers Helm's lookup from a fake API holding some Secrets
+// and Namespaces, the only kinds the chart looks up.
+type fakeCluster struct{ dyn dynamic.Interface }
 
-func (f fakeSecrets) GetClientFor(apiVersion, kind string) (dynamic.NamespaceableResourceInterface, bool, error) {
-	if apiVersion != "v1" || kind != "Secret" {
-		return nil, false, fmt.Errorf("unexpected lookup of %s %s", apiVersion, kind)
+func (f fakeCluster) GetClientFor(apiVersion, kind string) (dynamic.NamespaceableResourceInterface, bool, error) {
+	switch {
+	case apiVersion == "v1" && kind == "Secret":
+		return f.dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}), true, nil
+	case apiVersion == "v1" && kind == "Namespace":
+		return f.dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}), false, nil
 	}
-	return f.dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}), true, nil
+	return nil, false, fmt.Errorf("unexpected lookup of %s %s", apiVersion, kind)
 }
 
 // renderUpgrade renders as `helm upgrade` does against a cluster holding
@@ -750,7 +754,7 @@ func renderUpgrade(t *testing.T, vals map[string]any, existing ...runtime.Object
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := engine.RenderWithClientProvider(ch, top, fakeSecrets{dynamicfake.NewSimpleDynamicClient(scheme.Scheme, existing...)})
+	files, err := engine.RenderWithClientProvider(ch, top, fakeCluster{dynamicfake.NewSimpleDynamicClient(scheme.Scheme, existing...)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -121,6 +122,15 @@ func networkPolicyOf(t *testing.T, objs []object) *networkingv1.NetworkPolicy {
 	return found
 }
 
+// checkMastersPolicyTypes: the policy rules the masters' ingress, and
+// denies them all egress (no rules): they never open a connection.
+func checkMastersPolicyTypes(t *testing.T, np *networkingv1.NetworkPolicy) {
+	t.Helper()
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) || len(np.Spec.Egress) != 0 {
+		t.Errorf("policyTypes %v, egress %v: want [Ingress Egress] and no egress rule", np.Spec.PolicyTypes, np.Spec.Egress)
+	}
+}
+
 // peer is a pod that may try to connect to the masters.
 type peer struct {
 	name     string
@@ -176,9 +186,7 @@ func TestChartNetworkPolicyAdmitsOnlyPodsWithTheSidecar(t *testing.T) {
 	if np == nil {
 		t.Fatal("no NetworkPolicy selects the masters by default")
 	}
-	if len(np.Spec.PolicyTypes) != 1 || np.Spec.PolicyTypes[0] != networkingv1.PolicyTypeIngress {
-		t.Errorf("policyTypes %v, want [Ingress]", np.Spec.PolicyTypes)
-	}
+	checkMastersPolicyTypes(t, np)
 	m, _ := checkMasters(t, r.objs, releaseNS)
 	var redisPort corev1.ContainerPort
 	for _, p := range redisContainer(m.sts).Ports {

@@ -41,6 +41,23 @@ controller appends an 11-character hash to it in a 63-character label.
 {{- .Values.redis.auth.existingSecret | default (printf "%s-auth" (include "sidelock.redisName" .)) -}}
 {{- end -}}
 
+{{/*
+sidelock.redisSecretCopyNamespaces lists (JSON, sorted, unique) the
+namespaces that get a copy of the chart's password Secret, for the sidecars
+there (a secretKeyRef reads only its own pod's namespace):
+redis.auth.copyTo.namespaces, plus, with copyTo.optedInNamespaces and the
+injector's namespace opt-in on, the namespaces labelled for it at this
+install or upgrade. Never the release namespace (the Secret itself is there).
+*/}}
+{{- define "sidelock.redisSecretCopyNamespaces" -}}
+{{- $copyTo := .Values.redis.auth.copyTo -}}
+{{- $names := $copyTo.namespaces | default list -}}
+{{- if and $copyTo.optedInNamespaces .Values.injector.enabled .Values.injector.namespaceOptIn -}}
+{{- $names = concat $names (include "sidelock.optedInNamespaces" . | fromJsonArray) -}}
+{{- end -}}
+{{- without ($names | uniq | sortAlpha) .Release.Namespace | toJson -}}
+{{- end -}}
+
 {{- define "sidelock.redisSecretKey" -}}
 {{- if .Values.redis.auth.existingSecret -}}
 {{- .Values.redis.auth.existingSecretKey -}}
@@ -123,6 +140,9 @@ contradicts the current one. Renders nothing.
 {{- end -}}
 {{- if and $r.externalGroups $r.externalAddrs -}}
 {{- fail "set redis.externalAddrs (one quorum group) or redis.externalGroups (several), not both" -}}
+{{- end -}}
+{{- if and $r.auth.enabled $r.auth.existingSecret $r.auth.copyTo.namespaces -}}
+{{- fail "redis.auth.copyTo copies the Secret this chart makes; with redis.auth.existingSecret, the Secret is yours: create it under the same name in each namespace of redis.auth.copyTo.namespaces yourself, and leave that list empty" -}}
 {{- end -}}
 {{- if and (not $r.enabled) $r.auth.enabled (not $r.auth.password) (not $r.auth.existingSecret) -}}
 {{- fail "redis.auth.enabled is on (the default) but the external masters have no password: name a Secret holding it (redis.auth.existingSecret) or give it (redis.auth.password); for masters without a password, set redis.auth.enabled=false" -}}

@@ -31,6 +31,37 @@ app.kubernetes.io/component: injector
 {{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns .Values.clusterDomain) | toJson -}}
 {{- end -}}
 
+{{/*
+The namespace label that opts every pod of a namespace in
+(injector.namespaceOptIn), like istio-injection=enabled: key and value.
+*/}}
+{{- define "sidelock.namespaceOptInKey" -}}
+sidelock-injection
+{{- end -}}
+{{- define "sidelock.namespaceOptInValue" -}}
+enabled
+{{- end -}}
+
+{{/*
+sidelock.optedInNamespaces lists (JSON, sorted) the namespaces that carry
+the opt-in label now, as `lookup` sees them at install or upgrade, less the
+excluded ones and those being deleted. `helm template` and client dry runs
+cannot look up: there the list is empty.
+*/}}
+{{- define "sidelock.optedInNamespaces" -}}
+{{- $excluded := include "sidelock.injectorExcluded" . | fromJsonArray -}}
+{{- $key := include "sidelock.namespaceOptInKey" . -}}
+{{- $value := include "sidelock.namespaceOptInValue" . -}}
+{{- $names := list -}}
+{{- range dig "items" list (lookup "v1" "Namespace" "" "") -}}
+{{- $name := dig "metadata" "name" "" . -}}
+{{- if and (eq (dig "metadata" "labels" $key "" .) $value) (ne (dig "status" "phase" "" .) "Terminating") (not (has $name $excluded)) -}}
+{{- $names = append $names $name -}}
+{{- end -}}
+{{- end -}}
+{{- $names | sortAlpha | toJson -}}
+{{- end -}}
+
 {{/* Namespaces never injected: kube-system, always, and injector.excludeNamespaces. */}}
 {{- define "sidelock.injectorExcluded" -}}
 {{- concat (list "kube-system") .Values.injector.excludeNamespaces | uniq | toJson -}}
