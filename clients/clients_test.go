@@ -9,17 +9,15 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/sidecartest"
 )
 
 // requiredEnv makes a missing python3 or node fail the tests instead of
@@ -182,99 +180,17 @@ func writeFile(t *testing.T, dir, name, content string) string {
 
 // startSidecar builds cmd/sidelock, runs it over three durable masters
 // (durable, so they count at once: no restart probation) and returns its
-// lock API's URL once /readyz answers 200. Nothing outlives the test.
+// lock API's URL once /readyz answers 200. Only the settings given here
+// reach it, whatever the caller's shell has. Nothing outlives the test.
 func startSidecar(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sidelock")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/sidelock")
-	build.Dir = ".."
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the sidecar: %v\n%s", err, out)
-	}
+	bin := sidecartest.Build(t)
 	masters := redistest.StartN(t, 3, redistest.WithAppendOnly())
 	addrs := make([]string, len(masters))
 	for i, m := range masters {
 		addrs[i] = m.Addr()
 	}
-	const attempts = 5
-	for attempt := 1; ; attempt++ {
-		api, log, err := launch(t, bin, addrs)
-		if err == nil {
-			return api
-		}
-		if attempt == attempts || !strings.Contains(log(), "address already in use") {
-			t.Fatalf("sidecar: %v\n%s", err, log())
-		}
-		t.Logf("a port was taken before the sidecar bound it; trying new ports")
-	}
-}
-
-// launch starts one sidecar on free loopback ports and waits for /readyz.
-// Only the settings given here reach it, whatever the caller's shell has.
-func launch(t *testing.T, bin string, masters []string) (api string, log func() string, err error) {
-	t.Helper()
-	apiAddr, adminAddr := freeAddr(t), freeAddr(t)
-	logPath := filepath.Join(t.TempDir(), "sidelock.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log = func() string {
-		b, _ := os.ReadFile(logPath)
-		return string(b)
-	}
-	cmd := exec.Command(bin)
-	cmd.Env = []string{"SIDELOCK_REDIS_ADDRS=" + strings.Join(masters, ","), "SIDELOCK_LISTEN_ADDR=" + apiAddr,
-		"SIDELOCK_ADMIN_ADDR=" + adminAddr, "SIDELOCK_HEALTH_INTERVAL=100ms", "SIDELOCK_KEY_PREFIX=clients:", "SIDELOCK_LOG_LEVEL=debug"}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); logFile.Close(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("sidecar log:\n%s", log())
-		}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for statusOf("http://"+adminAddr+"/readyz") != http.StatusOK {
-		select {
-		case <-exited:
-			return "", log, fmt.Errorf("exited at start")
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return "", log, fmt.Errorf("/readyz not 200 within 20s")
-		}
-	}
-	return "http://" + apiAddr, log, nil
-}
-
-// statusOf is the status of GET url, 0 when it failed (for polling).
-func statusOf(url string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0
-	}
-	res.Body.Close()
-	return res.StatusCode
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	env := []string{"SIDELOCK_REDIS_ADDRS=" + strings.Join(addrs, ","),
+		"SIDELOCK_HEALTH_INTERVAL=100ms", "SIDELOCK_KEY_PREFIX=clients:", "SIDELOCK_LOG_LEVEL=debug"}
+	return sidecartest.Start(t, bin, env, sidecartest.Options{}).API()
 }

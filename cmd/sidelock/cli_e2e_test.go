@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/internal/config"
+	"github.com/sidelock/sidelock/internal/sidecartest"
 	"github.com/sidelock/sidelock/pkg/client"
 )
 
@@ -267,7 +268,7 @@ func TestE2ELockHoldsUntilSignalledAndStatusShowsIt(t *testing.T) {
 		} {
 			// The sidecar logs a release after its keys are deleted, and
 			// its stderr reaches the test through a pipe: allow a moment.
-			eventually(t, 5*time.Second, fmt.Sprintf("a log line with %q", want), func() bool { return anyLineHasAll(a.logText(), want) })
+			eventually(t, 5*time.Second, fmt.Sprintf("a log line with %q", want), func() bool { return anyLineHasAll(a.Log(), want) })
 		}
 		assertNoSecrets(t, a, h.lease.Token)
 	}
@@ -352,7 +353,7 @@ func TestE2EStatusReadiness(t *testing.T) {
 	if r := runCLI(t, apiEnv(a), "status", "somelock"); r.code != exitUnavailable {
 		t.Errorf("status NAME without a quorum: %v", r)
 	}
-	nowhere := []string{"SIDELOCK_ADDR=http://" + freeAddr(t), "SIDELOCK_ADMIN_ADDR=" + freeAddr(t)}
+	nowhere := []string{"SIDELOCK_ADDR=http://" + sidecartest.FreeAddr(t), "SIDELOCK_ADMIN_ADDR=" + sidecartest.FreeAddr(t)}
 	for _, args := range [][]string{{"status"}, {"status", "x"}, {"lock", "x"}, {"exec", "x", "--", "true"}} {
 		if r := runCLI(t, nowhere, args...); r.code != exitUnavailable {
 			t.Errorf("%q with no sidecar: %v", args, r)

@@ -37,7 +37,7 @@ func TestE2EConnectionFloodSparesProbesLeasesAndStreams(t *testing.T) {
 	masters := durableMasters(t, 3)
 	s := startSidecar(t, masters, fmt.Sprintf("SIDELOCK_MAX_CONNS=%d", maxConns), "SIDELOCK_KEY_TTL=3s", "SIDELOCK_LOG_LEVEL=info")
 	eventually(t, 10*time.Second, "sidecar ready", func() bool { return s.readyz(t) == 200 })
-	limitOpenFiles(t, s.cmd.Process.Pid, uint64(maxConns+assembly.FDReserve(2, len(masters))))
+	limitOpenFiles(t, s.Pid(), uint64(maxConns+assembly.FDReserve(2, len(masters))))
 	api := strings.TrimPrefix(s.api, "http://")
 
 	token := s.acquire(t, "/locks/flood/heartbeat?ttl=30s")

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/sidecartest"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )
 
@@ -31,13 +33,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// sidecar is a sidelock process under test.
+// sidecar is a sidelock process under test: the test binary itself,
+// running main (see childEnv).
 type sidecar struct {
-	cmd   *exec.Cmd
-	api   string // http://127.0.0.1:port
-	admin string
-	exit  chan error
-	log   *strings.Builder
+	*sidecartest.Process
+	api, admin string // http://127.0.0.1:port
 }
 
 // durableMasters start with appendonly and appendfsync always: a sidecar
@@ -47,16 +47,6 @@ type sidecar struct {
 func durableMasters(t *testing.T, n int) []*redistest.Server {
 	t.Helper()
 	return redistest.StartN(t, n, redistest.WithAppendOnly())
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func startSidecar(t *testing.T, masters []*redistest.Server, env ...string) *sidecar {
@@ -69,83 +59,28 @@ func startSidecar(t *testing.T, masters []*redistest.Server, env ...string) *sid
 }
 
 // startSidecarAt runs a sidecar over masters at addrs (for TLS ports that
-// redistest does not know about) and waits until it serves /healthz. A
-// port freeAddr found free can be taken (by a redis-server of another test
-// package) before the sidecar binds it; then it starts again on new ports.
+// redistest does not know about) and waits until it serves /healthz.
 func startSidecarAt(t *testing.T, addrs []string, env ...string) *sidecar {
 	t.Helper()
-	const attempts = 5
-	for attempt := 1; ; attempt++ {
-		s, exited := launchSidecar(t, addrs, env)
-		if !exited {
-			return s
-		}
-		if attempt == attempts || !strings.Contains(s.logText(), "address already in use") {
-			t.Fatalf("sidecar exited at start:\n%s", s.logText())
-		}
-		t.Logf("a listener's port was taken before the sidecar bound it; new ports")
-	}
+	p := sidecartest.Start(t, os.Args[0], sidecarEnv(addrs, env),
+		sidecartest.Options{ReadyPath: "/healthz", ReadyWithin: 10 * time.Second})
+	return &sidecar{Process: p, api: p.API(), admin: p.Admin()}
 }
 
-// launchSidecar starts one sidecar process and waits until it serves
-// /healthz or exits.
-func launchSidecar(t *testing.T, addrs []string, env []string) (s *sidecar, exited bool) {
-	t.Helper()
-	apiAddr, adminAddr := freeAddr(t), freeAddr(t)
-	cmd := sidecarCommand(addrs, apiAddr, adminAddr, env)
-	s = &sidecar{cmd: cmd, api: "http://" + apiAddr, admin: "http://" + adminAddr, exit: make(chan error, 1), log: &strings.Builder{}}
-	cmd.Stdout, cmd.Stderr = io.Discard, &syncWriter{b: s.log}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exit := make(chan error, 1)
-	go func() { exit <- cmd.Wait() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !s.servesHealthz() {
-		select {
-		case err := <-exit:
-			s.exit <- err
-			return s, true
-		default:
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatalf("sidecar does not serve /healthz within 10s:\n%s", s.logText())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	go func() { s.exit <- <-exit }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-s.exit
-		if t.Failed() {
-			t.Logf("sidecar log:\n%s", s.logText())
-		}
-	})
-	return s, false
-}
-
-// probeClient gives up on a port that accepts and never answers (another
-// program may have taken it).
-var probeClient = &http.Client{Timeout: time.Second}
-
-func (s *sidecar) servesHealthz() bool {
-	res, err := probeClient.Get(s.admin + "/healthz")
-	if err == nil {
-		res.Body.Close()
-	}
-	return err == nil && res.StatusCode == 200
+// sidecarEnv is the environment of a sidecar over the masters at addrs;
+// env comes last, so it overrides the defaults.
+func sidecarEnv(addrs []string, env []string) []string {
+	return slices.Concat(os.Environ(), []string{childEnv + "=1",
+		"SIDELOCK_REDIS_ADDRS=" + strings.Join(addrs, ","),
+		"SIDELOCK_HEALTH_INTERVAL=100ms", "SIDELOCK_LOG_LEVEL=debug", "SIDELOCK_KEY_PREFIX=e2e:"}, env)
 }
 
 // sidecarCommand runs the sidecar over the masters at addrs; env comes
 // last, so it overrides the defaults.
 func sidecarCommand(addrs []string, apiAddr, adminAddr string, env []string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"=1",
-		"SIDELOCK_REDIS_ADDRS="+strings.Join(addrs, ","),
-		"SIDELOCK_LISTEN_ADDR="+apiAddr, "SIDELOCK_ADMIN_ADDR="+adminAddr,
-		"SIDELOCK_HEALTH_INTERVAL=100ms", "SIDELOCK_LOG_LEVEL=debug", "SIDELOCK_KEY_PREFIX=e2e:")
-	cmd.Env = append(cmd.Env, env...)
+	listeners := []string{"SIDELOCK_LISTEN_ADDR=" + apiAddr, "SIDELOCK_ADMIN_ADDR=" + adminAddr}
+	cmd.Env = sidecarEnv(addrs, append(listeners, env...))
 	return cmd
 }
 
@@ -153,7 +88,7 @@ func sidecarCommand(addrs []string, apiAddr, adminAddr string, env []string) *ex
 // returns what it printed.
 func refusedStart(t *testing.T, addrs []string, env ...string) string {
 	t.Helper()
-	cmd := sidecarCommand(addrs, freeAddr(t), freeAddr(t), env)
+	cmd := sidecarCommand(addrs, sidecartest.FreeAddr(t), sidecartest.FreeAddr(t), env)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -172,7 +107,7 @@ func refusedStart(t *testing.T, addrs []string, env ...string) string {
 	return string(out)
 }
 
-// syncWriter collects the child's log; exec copies stderr on its own goroutine.
+// syncWriter collects a child's output; exec copies it on its own goroutine.
 type syncWriter struct {
 	mu sync.Mutex
 	b  *strings.Builder
@@ -182,13 +117,6 @@ func (w *syncWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.Write(p)
-}
-
-func (s *sidecar) logText() string {
-	w := s.cmd.Stderr.(*syncWriter)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 // do sends a request to the sidecar and decodes its JSON answer.
@@ -332,7 +260,7 @@ func TestE2EKilledSidecarFreesItsLocksWithinOneKeyTTL(t *testing.T) {
 	a := startSidecar(t, masters, "SIDELOCK_KEY_TTL=2s")
 	b := startSidecar(t, masters)
 	a.acquire(t, "/locks/orphan?ttl=1h")
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := a.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	took := eventually(t, 3*time.Second, "lock free after kill -9", func() bool {
@@ -386,17 +314,8 @@ func TestE2ESIGTERMLeavesPromisedKeysToLapse(t *testing.T) {
 		}
 		latest = later(latest, valid)
 	}
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-a.exit:
-		a.exit <- err
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no exit within 10s of SIGTERM")
+	if err := a.Stop(10 * time.Second); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 	for time.Now().Before(latest.Add(-50 * time.Millisecond)) {
 		for i := range 5 {
@@ -547,8 +466,8 @@ func TestE2EStartsWithAMasterDown(t *testing.T) {
 	masters[2].Kill()
 	a := startSidecar(t, masters)
 	a.acquire(t, "/locks/one-down")
-	if !strings.Contains(a.logText(), "master not checked at start-up") {
-		t.Fatalf("the unchecked master is not logged:\n%s", a.logText())
+	if !strings.Contains(a.Log(), "master not checked at start-up") {
+		t.Fatalf("the unchecked master is not logged:\n%s", a.Log())
 	}
 	masters[2].Restart(t)
 	eventually(t, 3*time.Second, "the returning master counts", func() bool {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/sidecartest"
 	"github.com/sidelock/sidelock/pkg/client"
 )
 
@@ -216,7 +217,7 @@ func TestE2EExecExitCodes(t *testing.T) {
 	if code := exitCodeOf(t, c, 5*time.Second); code != exitNotAcquired {
 		t.Errorf("not acquired: %d %s", code, out)
 	}
-	c, out = runExecChild(t, "http://"+freeAddr(t), "job", "--", "true")
+	c, out = runExecChild(t, "http://"+sidecartest.FreeAddr(t), "job", "--", "true")
 	if code := exitCodeOf(t, c, 5*time.Second); code != exitUnavailable {
 		t.Errorf("unreachable sidecar: %d %s", code, out)
 	}

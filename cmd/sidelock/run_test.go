@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sidelock/sidelock/internal/sidecartest"
 )
 
 // runSecret is the password in the bad entries: distinctive, so a leak is
@@ -36,7 +38,7 @@ func TestRunRejectsBadConfigWithOneMessage(t *testing.T) {
 
 // Dev mode works with nothing installed and prints a curl quick start.
 func TestRunDevModeServesAndStops(t *testing.T) {
-	api, admin := freeAddr(t), freeAddr(t)
+	api, admin := sidecartest.FreeAddr(t), sidecartest.FreeAddr(t)
 	t.Setenv("SIDELOCK_LISTEN_ADDR", api)
 	t.Setenv("SIDELOCK_ADMIN_ADDR", admin)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -90,8 +92,8 @@ func TestRunRefusesABadMasterWithoutShowingIt(t *testing.T) {
 		t.Setenv("SIDELOCK_REDIS_ADDRS", "")
 		t.Setenv("SIDELOCK_REDIS_GROUPS", "")
 		t.Setenv("SIDELOCK_REDIS_GROUPS_PREVIOUS", "")
-		t.Setenv("SIDELOCK_LISTEN_ADDR", freeAddr(t))
-		t.Setenv("SIDELOCK_ADMIN_ADDR", freeAddr(t))
+		t.Setenv("SIDELOCK_LISTEN_ADDR", sidecartest.FreeAddr(t))
+		t.Setenv("SIDELOCK_ADMIN_ADDR", sidecartest.FreeAddr(t))
 		t.Setenv("SIDELOCK_LOG_LEVEL", "debug")
 		for k, v := range env {
 			t.Setenv(k, v)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/sidecartest"
 )
 
 // Secrets of the security tests: distinctive, so a leak is unmistakable.
@@ -65,7 +66,7 @@ func (s *sidecar) get(t *testing.T, path string) string {
 // level, go-redis messages included), /metrics or /readyz.
 func assertNoSecrets(t *testing.T, s *sidecar, secrets ...string) {
 	t.Helper()
-	places := map[string]string{"log": s.logText(), "/metrics": s.get(t, "/metrics"), "/readyz": s.get(t, "/readyz")}
+	places := map[string]string{"log": s.Log(), "/metrics": s.get(t, "/metrics"), "/readyz": s.get(t, "/readyz")}
 	for where, text := range places {
 		for _, secret := range secrets {
 			if strings.Contains(text, secret) {
@@ -197,7 +198,7 @@ func TestE2EAPITokenGuardsTheLockAPI(t *testing.T) {
 // The lock API refuses to listen beyond loopback without a token, and the
 // refusal says what to set. (The sidecar never binds: the check runs first.)
 func TestE2ERefusesAPublicLockAPIWithoutAToken(t *testing.T) {
-	cmd := sidecarCommand([]string{"127.0.0.1:1"}, "0.0.0.0:0", freeAddr(t), nil)
+	cmd := sidecarCommand([]string{"127.0.0.1:1"}, "0.0.0.0:0", sidecartest.FreeAddr(t), nil)
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "SIDELOCK_API_TOKEN") {
 		t.Fatalf("started, or refused without naming SIDELOCK_API_TOKEN: %v\n%s", err, out)

@@ -7,11 +7,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/sidecartest"
 )
 
 // binaryEnv names a prebuilt sidecar to measure instead of building
@@ -27,21 +26,12 @@ import (
 // taken from an older commit (git archive of it, go build, point here).
 const binaryEnv = "SIDELOCK_ABUSE_BIN"
 
-// buildSidecar builds cmd/sidelock into a temporary directory (or takes
-// the binary named by SIDELOCK_ABUSE_BIN): the figures are those of the
-// real binary, as a pod runs it, not of an in-process server.
+// buildSidecar builds cmd/sidelock as the release does (static, stripped),
+// or takes the binary named by SIDELOCK_ABUSE_BIN: the figures are those
+// of the real binary, as a pod runs it, not of an in-process server.
 func buildSidecar(t *testing.T) string {
 	t.Helper()
-	if bin := os.Getenv(binaryEnv); bin != "" {
-		return bin
-	}
-	bin := filepath.Join(t.TempDir(), "sidelock")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "github.com/sidelock/sidelock/cmd/sidelock")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the sidecar: %v\n%s", err, out)
-	}
-	return bin
+	return sidecartest.PrebuiltOrBuild(t, binaryEnv, "-trimpath", "-ldflags", "-s -w")
 }
 
 // startMasters starts three durable masters on tmpfs: durable so that a
@@ -93,12 +83,9 @@ func (k knobs) intKnob(name string) int {
 
 // sidecar is one running sidelock process.
 type sidecar struct {
-	t          *testing.T
+	proc       *sidecartest.Process
 	pid        int
 	api, admin string // http://127.0.0.1:port
-	logPath    string
-	cmd        *exec.Cmd
-	exit       chan struct{}
 	// capRejected: the binary refused SIDELOCK_MAX_CONNS, so this one
 	// runs without it.
 	capRejected bool
@@ -136,71 +123,21 @@ func withoutMaxConns(env []string) []string {
 	return out
 }
 
+// launchSidecar runs bin with only the environment set here: a SIDELOCK_*
+// variable of the caller's shell must not change what is measured.
 func launchSidecar(t *testing.T, bin string, masters []string, prefix string, extra []string) (*sidecar, error) {
-	api, admin := freeAddr(t), freeAddr(t)
-	s := &sidecar{t: t, api: "http://" + api, admin: "http://" + admin, logPath: filepath.Join(t.TempDir(), "sidelock.log"), exit: make(chan struct{})}
-	logFile, err := os.Create(s.logPath)
-	if err != nil {
+	t.Helper()
+	env := append([]string{"SIDELOCK_REDIS_ADDRS=" + strings.Join(masters, ","),
+		"SIDELOCK_KEY_PREFIX=" + prefix, "SIDELOCK_LOG_LEVEL=warn", "SIDELOCK_LOG_FORMAT=json"}, extra...)
+	p := sidecartest.New(t, bin, sidecartest.Options{})
+	if err := p.Launch(env); err != nil {
 		return nil, err
 	}
-	s.cmd = exec.Command(bin)
-	// Only what is set here: a SIDELOCK_* variable of the caller's shell
-	// must not change what is measured.
-	s.cmd.Env = append([]string{"SIDELOCK_REDIS_ADDRS=" + strings.Join(masters, ","), "SIDELOCK_LISTEN_ADDR=" + api,
-		"SIDELOCK_ADMIN_ADDR=" + admin, "SIDELOCK_KEY_PREFIX=" + prefix, "SIDELOCK_LOG_LEVEL=warn", "SIDELOCK_LOG_FORMAT=json"}, extra...)
-	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, err
-	}
-	s.pid = s.cmd.Process.Pid
-	go func() { _ = s.cmd.Wait(); logFile.Close(); close(s.exit) }()
-	t.Cleanup(s.kill)
-	if err := s.waitReady(20 * time.Second); err != nil {
-		s.kill()
-		return nil, fmt.Errorf("sidecar: %w\n%s", err, s.logTail())
-	}
-	return s, nil
-}
-
-// waitReady polls /readyz until 200, the process exits, or within ends.
-func (s *sidecar) waitReady(within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for statusOf(s.admin+"/readyz", time.Second) != http.StatusOK {
-		select {
-		case <-s.exit:
-			return fmt.Errorf("exited at start")
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("/readyz not 200 within %v", within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return nil
+	return &sidecar{proc: p, pid: p.Pid(), api: p.API(), admin: p.Admin()}, nil
 }
 
 // kill is kill -9, then waiting for the process: nothing outlives a phase.
-func (s *sidecar) kill() {
-	select {
-	case <-s.exit:
-	default:
-		_ = s.cmd.Process.Kill()
-		<-s.exit
-	}
-}
-
-func (s *sidecar) logTail() string {
-	b, err := os.ReadFile(s.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	if len(b) > 4<<10 {
-		b = b[len(b)-4<<10:]
-	}
-	return string(b)
-}
+func (s *sidecar) kill() { s.proc.Kill() }
 
 // procStats is what the kernel says about the sidecar process.
 type procStats struct {
@@ -285,16 +222,6 @@ func statusOf(url string, timeout time.Duration) int {
 	}
 	res.Body.Close()
 	return res.StatusCode
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // raiseNoFile lifts this process's soft RLIMIT_NOFILE towards want (never

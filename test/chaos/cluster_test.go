@@ -4,13 +4,12 @@ package chaos
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/sidecartest"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )
 
@@ -50,17 +50,12 @@ func TestMain(m *testing.M) {
 // buildSidelock compiles cmd/sidelock, with the race detector when
 // SIDELOCK_CHAOS_RACE=1 (slower sidecars, but data races surface).
 func buildSidelock(out string) error {
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		return fmt.Errorf("chaos: the go command is needed to build the sidecar: %w", err)
-	}
-	args := []string{"build", "-o", out}
+	var flags []string
 	if os.Getenv("SIDELOCK_CHAOS_RACE") == "1" {
-		args = append(args, "-race")
+		flags = append(flags, "-race")
 	}
-	cmd := exec.Command(gobin, append(args, "github.com/sidelock/sidelock/cmd/sidelock")...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("chaos: building the sidecar: %w\n%s", err, b)
+	if err := sidecartest.BuildTo(out, flags...); err != nil {
+		return fmt.Errorf("chaos: %w", err)
 	}
 	return nil
 }
@@ -209,17 +204,14 @@ type sidecarProc struct {
 	admin     string
 	apiAddr   string // set by the first start
 	adminAddr string
-	logPath   string
 	proxies   []*proxy
-	env       []string
-
-	cmd  *exec.Cmd
-	exit chan struct{}
+	env       []string // of every start; a scenario may add to it
+	proc      *sidecartest.Process
 }
 
 func (c *cluster) newSidecar(idx int) *sidecarProc {
 	t := c.t
-	s := &sidecarProc{t: t, idx: idx, logPath: filepath.Join(t.TempDir(), "sidelock.log")}
+	s := &sidecarProc{t: t, idx: idx}
 	addrs := make([]string, len(c.masters))
 	for i, m := range c.masters {
 		p, err := startProxy(m.Addr())
@@ -236,27 +228,13 @@ func (c *cluster) newSidecar(idx int) *sidecarProc {
 		"SIDELOCK_HEALTH_INTERVAL="+healthInterval.String(), "SIDELOCK_KEY_PREFIX="+keyPrefix,
 		"SIDELOCK_LOG_FORMAT=json", "SIDELOCK_LOG_LEVEL=info", "SIDELOCK_SHUTDOWN_TIMEOUT="+shutdownTimeout.String(),
 		"SIDELOCK_MAX_WAIT=1m", "SIDELOCK_NO_QUORUM_RETRY="+noQuorumRetry.String())
-	t.Cleanup(s.kill)
+	// After the proxies: at the end the sidecar is killed before they close.
+	s.proc = sidecartest.New(t, sidelockBinary, sidecartest.Options{ReadyPath: "/healthz", ReadyWithin: 10 * time.Second})
 	return s
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-// portAttempts bounds the first start's retries: a port freeAddr found
-// free can be taken (by a redis-server of another test package) before the
-// sidecar binds it.
-const portAttempts = 5
-
-// start runs the process and waits until it serves /healthz. The first
-// start picks the listeners' addresses, again if one was taken meanwhile;
-// restarts keep them, so clients reconnect to the same place. It fails the
+// start runs the process and waits until it serves /healthz (the first
+// start picks the listeners' addresses; restarts keep them). It fails the
 // test: call it from the test's goroutine only (others use tryStart).
 func (s *sidecarProc) start() {
 	s.t.Helper()
@@ -267,104 +245,27 @@ func (s *sidecarProc) start() {
 
 // tryStart is start that returns its error instead of failing the test.
 func (s *sidecarProc) tryStart() error {
-	if s.apiAddr != "" {
-		if err := s.launch(); err != nil {
-			return fmt.Errorf("sidecar %d: %w:\n%s", s.idx, err, s.logTail())
-		}
-		return nil
+	if err := s.proc.Launch(s.env); err != nil {
+		return fmt.Errorf("sidecar %d: %w", s.idx, err)
 	}
-	for attempt := 1; ; attempt++ {
-		api, err := freeAddr()
-		admin := ""
-		if err == nil {
-			admin, err = freeAddr()
-		}
-		if err != nil {
-			return fmt.Errorf("sidecar %d: %w", s.idx, err)
-		}
-		s.apiAddr, s.adminAddr = api, admin
-		s.api, s.admin = "http://"+s.apiAddr, "http://"+s.adminAddr
-		_ = os.Remove(s.logPath) // judge this attempt by its own log
-		err = s.launch()
-		if err == nil {
-			return nil
-		}
-		if attempt == portAttempts || !strings.Contains(s.logTail(), "address already in use") {
-			return fmt.Errorf("sidecar %d: %w:\n%s", s.idx, err, s.logTail())
-		}
-		s.t.Logf("sidecar %d: a listener's port was taken before it bound it; new ports", s.idx)
-	}
-}
-
-func (s *sidecarProc) launch() error {
-	logFile, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(sidelockBinary)
-	cmd.Env = slices.Concat(s.env, []string{"SIDELOCK_LISTEN_ADDR=" + s.apiAddr, "SIDELOCK_ADMIN_ADDR=" + s.adminAddr})
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return err
-	}
-	exit := make(chan struct{})
-	go func() { _ = cmd.Wait(); logFile.Close(); close(exit) }()
-	s.cmd, s.exit = cmd, exit
-	deadline := time.Now().Add(10 * time.Second)
-	for !s.healthy() {
-		select {
-		case <-exit:
-			return fmt.Errorf("exited at start")
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.kill() // not left running (and its waiter with it) behind the next attempt
-			return fmt.Errorf("does not serve /healthz")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if s.apiAddr == "" { // the first start; restarts keep the addresses
+		s.apiAddr, s.adminAddr = s.proc.APIAddr(), s.proc.AdminAddr()
+		s.api, s.admin = s.proc.API(), s.proc.Admin()
 	}
 	return nil
 }
 
-func (s *sidecarProc) running() bool {
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.exit:
-		return false
-	default:
-		return true
-	}
-}
+func (s *sidecarProc) running() bool { return s.proc.Running() }
 
 // kill is kill -9; the process's locks stay on the masters until their
 // keys lapse.
-func (s *sidecarProc) kill() {
-	if s.running() {
-		_ = s.cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies only once resumed
-		_ = s.cmd.Process.Kill()
-		<-s.exit
-	}
-}
+func (s *sidecarProc) kill() { s.proc.Kill() }
 
 // terminate is SIGTERM, the graceful shutdown Kubernetes starts with; it
 // waits (bounded) for the process to exit and kills it after that, and
 // reports whether it exited on its own.
 func (s *sidecarProc) terminate(within time.Duration) bool {
-	if !s.running() {
-		return true
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exit:
-		return true
-	case <-time.After(within):
-		s.kill()
-		return false
-	}
+	return !errors.Is(s.proc.Stop(within), sidecartest.ErrNoExit)
 }
 
 func (s *sidecarProc) stop() { s.signal(syscall.SIGSTOP) }
@@ -372,20 +273,11 @@ func (s *sidecarProc) cont() { s.signal(syscall.SIGCONT) }
 
 func (s *sidecarProc) signal(sig syscall.Signal) {
 	if s.running() {
-		_ = s.cmd.Process.Signal(sig)
+		_ = s.proc.Signal(sig)
 	}
 }
 
 var adminClient = &http.Client{Timeout: time.Second}
-
-func (s *sidecarProc) healthy() bool {
-	res, err := adminClient.Get(s.admin + "/healthz")
-	if err != nil {
-		return false
-	}
-	res.Body.Close()
-	return res.StatusCode == http.StatusOK
-}
 
 // readyz is /readyz's status, or 0 when it does not answer.
 func (s *sidecarProc) readyz() int {
@@ -446,13 +338,4 @@ func (s *sidecarProc) idle(within time.Duration) usage {
 	}
 }
 
-func (s *sidecarProc) logTail() string {
-	b, err := os.ReadFile(s.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	if len(b) > 4<<10 {
-		b = b[len(b)-4<<10:]
-	}
-	return string(b)
-}
+func (s *sidecarProc) logTail() string { return s.proc.LogTail() }

@@ -2,11 +2,11 @@ package container
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +20,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/sidecartest"
 )
 
 const (
@@ -84,7 +85,7 @@ func startReady(t *testing.T, runc, bundle string, cfg v1.Config, masters []*red
 	}
 	for attempt := 1; ; attempt++ {
 		host := randomLoopback()
-		api, admin := freeAddr(t, host), freeAddr(t, host)
+		api, admin := sidecartest.FreeAddrOn(t, host), sidecartest.FreeAddrOn(t, host)
 		writeSpec(t, bundle, cfg, []string{
 			"SIDELOCK_REDIS_ADDRS=" + strings.Join(addrs, ","),
 			"SIDELOCK_LISTEN_ADDR=" + api,
@@ -249,16 +250,6 @@ func randomLoopback() string {
 	return fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254))
 }
 
-func freeAddr(t *testing.T, host string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // container is one `runc run` in the foreground: runc stays the parent of
 // the container's process and exits with its status.
 type container struct {
@@ -304,24 +295,16 @@ func (c *container) remove(t *testing.T) {
 }
 
 func (c *container) waitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	client := http.Client{Timeout: 2 * time.Second}
-	for time.Now().Before(deadline) {
-		select {
-		case <-c.exited:
-			return fmt.Errorf("exited before ready: %w", c.exitErr)
-		default:
-		}
-		res, err := client.Get("http://" + c.admin + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := sidecartest.WaitOK(ctx, "http://"+c.admin+"/readyz", c.exited)
+	switch {
+	case errors.Is(err, sidecartest.ErrExited):
+		return fmt.Errorf("exited before ready: %w", c.exitErr)
+	case err != nil:
+		return fmt.Errorf("/readyz not 200 within %v", timeout)
 	}
-	return fmt.Errorf("/readyz not 200 within %v", timeout)
+	return nil
 }
 
 func (c *container) get(t *testing.T, addr, path string) (int, []byte) {

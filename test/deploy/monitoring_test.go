@@ -2,18 +2,12 @@ package deploy
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	goruntime "runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sidelock/sidelock/internal/injector"
+	"github.com/sidelock/sidelock/internal/sidecartest"
 )
 
 // The monitoring that ships with the chart (issue 16, finding 6): the
@@ -387,28 +382,11 @@ func seriesNames(t *testing.T, expr string) []string {
 // _bucket/_sum/_count).
 func scrapeSidecar(t *testing.T) map[string]bool {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sidelock")
-	goBin := filepath.Join(goruntime.GOROOT(), "bin", "go")
-	build := exec.Command(goBin, "build", "-o", bin, "./cmd/sidelock")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/sidelock: %v\n%s", err, out)
-	}
-	api, admin := freeAddr(t), freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "-dev")
-	cmd.Env = append(os.Environ(), "SIDELOCK_LISTEN_ADDR="+api, "SIDELOCK_ADMIN_ADDR="+admin)
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
-	})
+	bin := sidecartest.Build(t)
+	// Within a minute: the machine's cores are shared.
+	p := sidecartest.Start(t, bin, os.Environ(), sidecartest.Options{Args: []string{"-dev"}, ReadyWithin: time.Minute})
+	api, admin := p.APIAddr(), p.AdminAddr()
 	client := &http.Client{Timeout: 10 * time.Second}
-	waitReady(t, client, "http://"+admin+"/readyz", logs)
 
 	lock := "http://" + api + "/locks/dashboard-test"
 	resp, err := client.Post(lock+"?ttl=5s", "", nil)
@@ -458,40 +436,4 @@ func scrapeSidecar(t *testing.T) map[string]bool {
 		t.Fatalf("only %d series names scraped", len(names))
 	}
 	return names
-}
-
-// waitReady polls url until it answers 200 (bounded: a minute).
-func waitReady(t *testing.T, client *http.Client, url string, logs fmt.Stringer) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); ; {
-		resp, err := client.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not 200 after a minute (last: %v)\n%s", url, err, logs)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -230,7 +230,7 @@ func exerciseShutdown(t *testing.T, side *sidecar, b, bAdmin *caller) {
 	answered := make(chan reply, 1)
 	go func() { answered <- b.do("POST", "/locks/spec/b/bye?ttl=30s&wait=20s", nil, "") }()
 	waitForGauge(t, bAdmin, "sidelock_waiters", 1)
-	if err := side.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := side.proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
