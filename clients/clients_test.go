@@ -29,6 +29,7 @@ const runTimeout = 3 * time.Minute
 
 // TestPythonClient runs clients/python/tests with python3 -m unittest.
 func TestPythonClient(t *testing.T) {
+	t.Parallel() // each runs its own sidecar and masters; they mostly wait on timers
 	python := need(t, "python3")
 	api := startSidecar(t)
 	run(t, "python", "python", []string{"PYTHONPATH=src", "SIDELOCK_ADDR=" + api},
@@ -38,6 +39,7 @@ func TestPythonClient(t *testing.T) {
 // TestNodeClient runs clients/node/test with node --test; the files are
 // named one by one, which node 18, 20 and later all read the same way.
 func TestNodeClient(t *testing.T) {
+	t.Parallel() // each runs its own sidecar and masters; they mostly wait on timers
 	node := need(t, "node")
 	files, err := filepath.Glob(filepath.Join("node", "test", "*.test.mjs"))
 	if err != nil || len(files) == 0 {
@@ -53,6 +55,7 @@ func TestNodeClient(t *testing.T) {
 // TestDocsSnippets runs every python and js block of docs/clients.md as a
 // program of its own, so what the page shows is what was run.
 func TestDocsSnippets(t *testing.T) {
+	t.Parallel() // each runs its own sidecar and masters; they mostly wait on timers
 	snippets := docSnippets(t, filepath.Join("..", "docs", "clients.md"))
 	python, node := need(t, "python3"), need(t, "node")
 	src, err := filepath.Abs(filepath.Join("python", "src"))

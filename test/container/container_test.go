@@ -64,7 +64,9 @@ func TestImageRunsAsContainer(t *testing.T) {
 	}
 	bundle := t.TempDir()
 	unpack(t, img, filepath.Join(bundle, "rootfs"))
-	masters := redistest.StartN(t, 3)
+	// Durable masters: the sidecar counts them at once, where fresh in-memory ones would
+	// wait out its restart probation (SIDELOCK_KEY_TTL) before /readyz says 200.
+	masters := redistest.StartN(t, 3, redistest.WithAppendOnly())
 
 	c := startReady(t, runc, bundle, cfg.Config, masters)
 
