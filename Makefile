@@ -64,9 +64,10 @@ test-load:
 	$(GO) test -count=1 -timeout 5m -run 'TestBurstOfTryOnceIsOverloadNotNoQuorum|TestMastersDownIsNoQuorumNotOverload' ./httpapi
 
 # bench-smoke runs every benchmark of tools/bench once so they keep working; figures come from `make bench`.
+# -short cuts their measurement windows and settling pauses to a tenth (tools/bench: measured).
 # (BenchmarkScaleSim, minutes long, runs in `make scale-sim`; `make vet` compiles it.)
 bench-smoke:
-	cd $(TOOLS) && $(GO) test -run '^$$' -bench . -benchtime 1x ./bench
+	cd $(TOOLS) && $(GO) test -short -run '^$$' -bench . -benchtime 1x ./bench
 
 # fuzz-smoke runs each HTTP fuzz target briefly; the corpus lives in testdata/.
 fuzz-smoke:

@@ -29,6 +29,16 @@ import (
 // (5% of a 10 s expiry) is the same 500 ms.
 const benchNodeTimeout = 500 * time.Millisecond
 
+// measured is a measurement window or a settling pause: as given in `make bench`, a tenth of
+// it in `make bench-smoke` (-short), which only checks that every benchmark still runs (its
+// figures mean nothing; they come from `make bench`).
+func measured(d time.Duration) time.Duration {
+	if testing.Short() {
+		return d / 10
+	}
+	return d
+}
+
 func redisMasters(b *testing.B, n int) []redlock.Node {
 	b.Helper()
 	servers := redistest.StartN(b, n)

@@ -179,6 +179,7 @@ func BenchmarkRenewal(b *testing.B) {
 	}
 }
 
+// renewalWindow is not cut by -short (measured): a shorter one may hold no renewal round.
 const renewalWindow = 2 * time.Second
 
 func renewSidelock(b *testing.B, held int) {

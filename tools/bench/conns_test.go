@@ -86,7 +86,7 @@ func (s *runningSidecar) sample(b *testing.B) memSample {
 
 // settle lets renewals and GC cycles run, so stacks shrink and the heap
 // holds what is live plus the collector's headroom, as it would in a pod.
-func settle() { time.Sleep(3 * time.Second) }
+func settle() { time.Sleep(measured(3 * time.Second)) }
 
 // perUnit is the growth from before to after, per connection.
 func perUnit(before, after memSample, n int) memSample {

@@ -509,18 +509,18 @@ func costOfTicks(b *testing.B) {
 	var alone, ticks cpuSpan
 	windows := 0
 	for b.Loop() {
-		alone.add(ms.measure(b, func() { time.Sleep(backgroundWindow) }))
+		alone.add(ms.measure(b, func() { time.Sleep(measured(backgroundWindow)) }))
 		sidecars := startSidecars(b, ms.addrs, backgroundSidecars, -1, 0)
 		// Settle: start-up work goes on for a moment after New returns
 		// (Run starting the listeners, the collection of what starting 50
 		// sidecars left behind) and would land in the window at tens of
 		// µs/s per sidecar, against the few µs/s of the tick measured here.
-		time.Sleep(time.Second)
-		ticks.add(ms.measure(b, func() { time.Sleep(backgroundWindow) }))
+		time.Sleep(measured(time.Second))
+		ticks.add(ms.measure(b, func() { time.Sleep(measured(backgroundWindow)) }))
 		closeSidecars(b, sidecars)
 		windows++
 	}
-	seconds := float64(windows) * backgroundWindow.Seconds()
+	seconds := float64(windows) * measured(backgroundWindow).Seconds()
 	b.ReportMetric(microseconds(alone.redis)/seconds/float64(len(ms.addrs)), "redis-idle-cpu-µs/s")
 	b.ReportMetric(microseconds(ticks.proc)/seconds/backgroundSidecars, "sidecar-tick-cpu-µs/s")
 }
@@ -539,7 +539,8 @@ const warmCycles = 5
 // (rounds=ping). The shipped setting mixes the two, which the model does.
 func costOfHealth(b *testing.B, interval, infoMaxAge time.Duration) {
 	ms := startMeteredMasters(b, 3)
-	alone := ms.measure(b, func() { time.Sleep(time.Second) })
+	aloneFor := measured(time.Second)
+	alone := ms.measure(b, func() { time.Sleep(aloneFor) })
 	heap0, rss0 := scale.LiveHeap(), settledRSS(b)
 	clients0 := ms.clients(b)
 	sidecars := startSidecars(b, ms.addrs, backgroundSidecars, interval, infoMaxAge)
@@ -560,13 +561,13 @@ func costOfHealth(b *testing.B, interval, infoMaxAge time.Duration) {
 	out0 := ms.outputMark(b)
 	start := time.Now()
 	for b.Loop() {
-		busy.add(ms.measure(b, func() { time.Sleep(backgroundWindow) }))
+		busy.add(ms.measure(b, func() { time.Sleep(measured(backgroundWindow)) }))
 	}
 	seconds := time.Since(start).Seconds()
 	out := ms.outputBytes(b) - out0
 	rounds := float64(ms.healthRounds(b) - rounds0) // per master, summed
 	masters := float64(len(ms.addrs))
-	redisIdle := microseconds(alone.redis) / masters // per master per second
+	redisIdle := microseconds(alone.redis) / masters / aloneFor.Seconds() // per master per second
 	b.ReportMetric((microseconds(busy.redis)-redisIdle*masters*seconds)/rounds, "redis-cpu-µs/health-round")
 	b.ReportMetric(float64(out)/rounds, "redis-out-bytes/health-round")
 	b.ReportMetric(float64(ms.commands(b)-commands0)/float64(ms.wakeups(b)-wakeups0), "redis-requests/wakeup")
@@ -846,10 +847,10 @@ func costOfHeldLockMemory(b *testing.B) {
 			infos[i], err = m.Acquire(ctx, lease.Request{Name: fmt.Sprintf("mem/%d/%d", iter, i)})
 			return err
 		})
-		time.Sleep(1100 * time.Millisecond) // connection buffers settle
+		time.Sleep(measured(1100 * time.Millisecond)) // connection buffers settle
 		used1, heap1 := ms.usedMemory(b), scale.LiveHeap()
 		acquireMany(b, memoryLocks, func(i int) error { return m.Release(ctx, infos[i].Name, infos[i].Token) })
-		time.Sleep(1100 * time.Millisecond)
+		time.Sleep(measured(1100 * time.Millisecond))
 		used2 := ms.usedMemory(b)
 		perLock = float64(used1-used0) / memoryLocks / masters
 		perFence = float64(used2-used0) / memoryLocks / masters

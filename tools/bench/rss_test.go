@@ -46,10 +46,10 @@ func BenchmarkSidecarIdleRSS(b *testing.B) {
 			time.Sleep(time.Millisecond)
 		}
 		readyMS = float64(time.Since(start).Microseconds()) / 1000
-		time.Sleep(time.Second) // idle: a few health rounds
+		time.Sleep(measured(time.Second)) // idle: a few health rounds
 		rssKB = vmRSS(b, cmd.Process.Pid)
 		holdMany(b, "http://"+api, heldLocks)
-		time.Sleep(time.Second) // a few renewal rounds with every lock held
+		time.Sleep(measured(time.Second)) // a few renewal rounds with every lock held
 		heldKB = vmRSS(b, cmd.Process.Pid)
 		cmd.Process.Kill()
 		cmd.Wait()
