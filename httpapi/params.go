@@ -54,7 +54,7 @@ func hold(v *jsonBool) (bool, error) {
 	case "false", "0":
 		return false, nil
 	}
-	return false, badRequest(codeInvalidHold, "hold must be true or false, got %q", truncate(string(*v), 32))
+	return false, badRequest(codeInvalidHold, "hold must be true or false, got %q", truncate(string(*v)))
 }
 
 // durationText is a duration parameter as sent, parsed by duration: the
@@ -174,7 +174,7 @@ func strictObject(raw []byte) error {
 		name, _ := tok.(string)
 		switch {
 		case !bodyFields[name]:
-			return badRequest(codeInvalidBody, "unknown field %q in the body (known, lowercase: ttl, wait, owner, token, hold, max_hold)", truncate(name, 32))
+			return badRequest(codeInvalidBody, "unknown field %q in the body (known, lowercase: ttl, wait, owner, token, hold, max_hold)", truncate(name))
 		case seen[name]:
 			return badRequest(codeInvalidBody, "field %q is given more than once in the body", name)
 		}
@@ -196,12 +196,15 @@ func strictObject(raw []byte) error {
 	return nil
 }
 
+// maxQuoted is how much of the caller's input an error quotes back.
+const maxQuoted = 32
+
 // truncate bounds what an error quotes back of the caller's input.
-func truncate(s string, n int) string {
-	if len(s) <= n {
+func truncate(s string) string {
+	if len(s) <= maxQuoted {
 		return s
 	}
-	return s[:n] + "..."
+	return s[:maxQuoted] + "..."
 }
 
 func queryParams(rawQuery string) (lockParams, error) {
@@ -212,7 +215,7 @@ func queryParams(rawQuery string) (lockParams, error) {
 	}
 	for key, values := range q {
 		if len(values) != 1 {
-			return p, badRequest(codeInvalidQuery, "parameter %q is given more than once", truncate(key, 32))
+			return p, badRequest(codeInvalidQuery, "parameter %q is given more than once", truncate(key))
 		}
 		v := values[0]
 		switch key {
@@ -229,7 +232,7 @@ func queryParams(rawQuery string) (lockParams, error) {
 		case "token":
 			p.Token = &v
 		default:
-			return p, badRequest(codeInvalidQuery, "unknown parameter %q (known: ttl, wait, owner, token, hold, max_hold)", truncate(key, 32))
+			return p, badRequest(codeInvalidQuery, "unknown parameter %q (known: ttl, wait, owner, token, hold, max_hold)", truncate(key))
 		}
 	}
 	return p, nil
@@ -288,7 +291,7 @@ func duration(param string, v *durationText) (time.Duration, error) {
 		d, ok = parseGoDuration(s)
 	}
 	if !ok {
-		return 0, badRequest(paramCode(param), "%s must be a duration such as \"30s\" or \"1m30s\", or a number of seconds with at most %d decimals such as 30 or 1.5, got %q", param, maxSecondsDecimals, truncate(s, 32))
+		return 0, badRequest(paramCode(param), "%s must be a duration such as \"30s\" or \"1m30s\", or a number of seconds with at most %d decimals such as 30 or 1.5, got %q", param, maxSecondsDecimals, truncate(s))
 	}
 	if d == 0 && param == lease.ParamTTL {
 		return 0, badRequest(codeInvalidTTL, "ttl must be positive; leave it out for the default")
@@ -332,7 +335,7 @@ func allDigits(s string, min, max int) bool {
 // time.ParseDuration also takes a sign, which a length of time never
 // needs ("-0s", "+5s").
 func parseGoDuration(s string) (time.Duration, bool) {
-	if s == "" || !(s[0] == '.' || '0' <= s[0] && s[0] <= '9') {
+	if s == "" || (s[0] != '.' && (s[0] < '0' || s[0] > '9')) {
 		return 0, false
 	}
 	d, err := time.ParseDuration(s)

@@ -11,8 +11,8 @@ import (
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
-// Every group's master list is recorded on its masters (package
-// membership), at start-up and then every MembershipEvery, so that a
+// MembershipEvery is how often every group's master list is recorded on
+// its masters (package membership), after start-up, so that a
 // rollout that replaces a master of a named group in one step is noticed
 // instead of splitting the group's quorum: a sidecar refuses to start on a
 // list whose majorities need not meet a list other sidecars run, and a

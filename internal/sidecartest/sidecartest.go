@@ -159,11 +159,11 @@ func (p *Process) launchOnce(env []string, logMode int) error {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = dieWithParent()
 	if err := cmd.Start(); err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		return err
 	}
 	run := &incarnation{cmd: cmd, exited: make(chan struct{})}
-	go func() { run.err = cmd.Wait(); logFile.Close(); close(run.exited) }()
+	go func() { run.err = cmd.Wait(); _ = logFile.Close(); close(run.exited) }()
 	p.mu.Lock()
 	p.run = run
 	p.mu.Unlock()
@@ -181,7 +181,7 @@ func (p *Process) waitReady(run *incarnation) error {
 	defer cancel()
 	if err := WaitOK(ctx, p.Admin()+path, run.exited); err != nil {
 		if errors.Is(err, ErrExited) {
-			return fmt.Errorf("exited at start (%v)", run.err)
+			return fmt.Errorf("exited at start (%w)", run.err)
 		}
 		return fmt.Errorf("%s not 200 within %v", path, within)
 	}
