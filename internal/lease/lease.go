@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -368,6 +369,9 @@ var errNoCause = errors.New("no cause recorded")
 // a warning only when the sidecar's SIDELOCK_MAX_HOLD cut a lease its
 // caller did not ask to cap as short. Never the token.
 func (l *lease) logEnd(reason EndReason, cause error, valid time.Time, releaseErr error) {
+	if reason == EndReleased && releaseErr == nil && !l.m.log.Enabled(context.Background(), slog.LevelDebug) {
+		return // the common end, logged at debug only: build nothing for it on every release
+	}
 	log, attrs := l.m.log, []any{"name", l.name, "owner", l.owner}
 	switch reason {
 	case EndLost:
@@ -399,6 +403,9 @@ func (l *lease) logEnd(reason EndReason, cause error, valid time.Time, releaseEr
 // another (409), or refused otherwise, with the outcome its metric counts.
 // Never the token, nor the idempotency key.
 func (m *Manager) logAcquisition(req Request, info Info, err error, elapsed time.Duration) {
+	if !m.log.Enabled(context.Background(), slog.LevelDebug) {
+		return // build nothing on every acquisition when debug is off
+	}
 	outcome := outcomeOf(err)
 	attrs := []any{"name", req.Name, "owner", req.Owner, "outcome", string(outcome), "elapsed", elapsed.Round(time.Microsecond)}
 	switch outcome {
