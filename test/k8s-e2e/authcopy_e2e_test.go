@@ -43,11 +43,7 @@ func TestPasswordCopiedToSidecarNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	install := action.NewInstall(cfgHelm)
-	install.ReleaseName, install.Namespace = rel, ns
-	if _, err := install.Run(ch, vals); err != nil {
-		t.Fatalf("helm install: %v", err)
-	}
+	helmInstall(t, cfgHelm, ch, rel, ns, vals)
 	t.Cleanup(func() { _, _ = action.NewUninstall(cfgHelm).Run(rel) })
 
 	original := password(t, ns, secretName)
@@ -68,11 +64,7 @@ func TestPasswordCopiedToSidecarNamespaces(t *testing.T) {
 	if _, err := clientset.CoreV1().Namespaces().Update(ctx, labelled, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	upgrade := action.NewUpgrade(cfgHelm)
-	upgrade.Namespace = ns
-	if _, err := upgrade.Run(rel, ch, vals); err != nil {
-		t.Fatalf("helm upgrade: %v", err)
-	}
+	helmUpgrade(t, cfgHelm, ch, rel, ns, vals)
 	if got := password(t, ns, secretName); got != original {
 		t.Fatal("helm upgrade changed the generated password")
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,11 +35,7 @@ func TestGeneratedPasswordKeptAcrossUpgradeAndReinstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	install := action.NewInstall(cfgHelm)
-	install.ReleaseName, install.Namespace = rel, ns
-	if _, err := install.Run(ch, vals); err != nil {
-		t.Fatalf("helm install: %v", err)
-	}
+	helmInstall(t, cfgHelm, ch, rel, ns, vals)
 	secretName := rel + "-sidelock-redis-auth"
 	t.Cleanup(func() {
 		_, _ = action.NewUninstall(cfgHelm).Run(rel)
@@ -49,11 +46,7 @@ func TestGeneratedPasswordKeptAcrossUpgradeAndReinstall(t *testing.T) {
 		t.Fatalf("installed password of %d characters", len(first))
 	}
 
-	upgrade := action.NewUpgrade(cfgHelm)
-	upgrade.Namespace = ns
-	if _, err := upgrade.Run(rel, ch, vals); err != nil {
-		t.Fatalf("helm upgrade: %v", err)
-	}
+	helmUpgrade(t, cfgHelm, ch, rel, ns, vals)
 	if got := password(t, ns, secretName); got != first {
 		t.Fatal("helm upgrade changed the generated password")
 	}
@@ -64,13 +57,29 @@ func TestGeneratedPasswordKeptAcrossUpgradeAndReinstall(t *testing.T) {
 	if got := password(t, ns, secretName); got != first {
 		t.Fatal("helm uninstall did not keep the Secret with its password")
 	}
-	reinstall := action.NewInstall(cfgHelm)
-	reinstall.ReleaseName, reinstall.Namespace = rel, ns
-	if _, err := reinstall.Run(ch, vals); err != nil {
-		t.Fatalf("helm install again: %v", err)
-	}
+	helmInstall(t, cfgHelm, ch, rel, ns, vals)
 	if got := password(t, ns, secretName); got != first {
 		t.Fatal("a reinstall replaced the kept password")
+	}
+}
+
+// helmInstall installs ch as release rel in ns, as `helm install` does.
+func helmInstall(t *testing.T, cfg *action.Configuration, ch *chart.Chart, rel, ns string, vals chartutil.Values) {
+	t.Helper()
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace = rel, ns
+	if _, err := install.Run(ch, vals); err != nil {
+		t.Fatalf("helm install %s: %v", rel, err)
+	}
+}
+
+// helmUpgrade upgrades release rel in ns to ch with vals, as `helm upgrade` does.
+func helmUpgrade(t *testing.T, cfg *action.Configuration, ch *chart.Chart, rel, ns string, vals chartutil.Values) {
+	t.Helper()
+	upgrade := action.NewUpgrade(cfg)
+	upgrade.Namespace = ns
+	if _, err := upgrade.Run(rel, ch, vals); err != nil {
+		t.Fatalf("helm upgrade %s: %v", rel, err)
 	}
 }
 
