@@ -37,15 +37,22 @@ const eventBuffer = 8
 
 type subscriber struct{ ch chan Event }
 
-// Watch subscribes to the events of the live lease of name held with
-// token. The channel delivers renewed and expiring events, then one
+// Watch subscribes to the events of the live lease of the lock name held
+// with token. The channel delivers renewed and expiring events, then one
 // EventEnded, and is closed after it. cancel stops the subscription early.
 func (m *Manager) Watch(name, token string) (events <-chan Event, cancel func(), err error) {
+	return m.watch(m.findLock, name, token)
+}
+
+func (m *Manager) watch(find finder, name, token string) (events <-chan Event, cancel func(), err error) {
+	l, err := find(name, token)
+	if err != nil {
+		return nil, nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l, ok := m.leases[name]
-	if !ok || !l.hasToken(token) {
-		return nil, nil, ErrLeaseGone
+	if m.leases[l.res] != l {
+		return nil, nil, ErrLeaseGone // ended since: its final event is gone
 	}
 	s := &subscriber{ch: make(chan Event, eventBuffer)}
 	if l.subscribers == nil {

@@ -29,10 +29,11 @@ type replayKey struct {
 	ttl     time.Duration
 	owner   string
 	maxHold time.Duration
+	permits int
 }
 
 func replayKeyOf(req Request) replayKey {
-	return replayKey{key: req.IdempotencyKey, ttl: req.TTL, owner: req.Owner, maxHold: req.MaxHold}
+	return replayKey{key: req.IdempotencyKey, ttl: req.TTL, owner: req.Owner, maxHold: req.MaxHold, permits: req.Permits}
 }
 
 // validateIdempotencyKey checks the key's size and alphabet (visible ASCII,
@@ -70,12 +71,15 @@ func (m *Manager) replay(req Request) (Info, bool, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l, ok := m.leases[req.Name]
-	if !ok || l.replay.key == "" || subtle.ConstantTimeCompare([]byte(l.replay.key), []byte(req.IdempotencyKey)) != 1 {
-		return Info{}, false, nil
+	for _, id := range resourceIDs(req.Name, req.Permits) {
+		l, ok := m.leases[id]
+		if !ok || l.replay.key == "" || subtle.ConstantTimeCompare([]byte(l.replay.key), []byte(req.IdempotencyKey)) != 1 {
+			continue
+		}
+		if l.hold || l.replay != replayKeyOf(req) {
+			return Info{}, false, ErrIdempotencyMismatch
+		}
+		return l.infoLocked(true), true, nil
 	}
-	if l.hold || l.replay != replayKeyOf(req) {
-		return Info{}, false, ErrIdempotencyMismatch
-	}
-	return l.infoLocked(true), true, nil
+	return Info{}, false, nil
 }

@@ -12,6 +12,7 @@ const (
 	ParamWait    = "wait"
 	ParamMaxHold = "max_hold"
 	ParamOwner   = "owner"
+	ParamPermits = "permits"
 )
 
 // ParamError is a request refused for the value of one parameter (out of

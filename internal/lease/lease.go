@@ -22,12 +22,17 @@ import (
 // (holding opMu across that lease's own round to the masters is the point)
 // while other leases proceed.
 type lease struct {
-	m     *Manager
-	name  string
-	key   string
-	value string
-	token string
-	owner string
+	m    *Manager
+	name string // the caller's name for it
+	// res is what the lease holds, and its key in the Manager's maps: the
+	// name for a lock, one slot of it for a semaphore (semaphore.go).
+	res     string
+	permits int // 0 for a lock
+	slot    int // 1..permits for a semaphore, 0 for a lock
+	key     string
+	value   string
+	token   string
+	owner   string
 	// replay lets a retried acquire with the same Idempotency-Key and
 	// parameters find this lease again.
 	replay     replayKey
@@ -85,7 +90,7 @@ type lease struct {
 // crypto/rand.
 const tokenBytes = 16
 
-func newLease(m *Manager, req Request) (*lease, error) {
+func newLease(m *Manager, req Request, slot int) (*lease, error) {
 	token, err := newSecret()
 	if err != nil {
 		return nil, err
@@ -98,7 +103,10 @@ func newLease(m *Manager, req Request) (*lease, error) {
 	return &lease{
 		m:          m,
 		name:       req.Name,
-		key:        m.cfg.KeyPrefix + req.Name,
+		res:        resourceID(req.Name, slot),
+		permits:    req.Permits,
+		slot:       slot,
+		key:        m.cfg.KeyPrefix + resourceID(req.Name, slot),
 		value:      masterValue(id, req.Owner),
 		token:      token,
 		owner:      req.Owner,
@@ -344,7 +352,7 @@ func (l *lease) end(reason EndReason, cause error) {
 		<-renewing
 	}
 	l.m.mu.Lock()
-	delete(l.m.leases, l.name)
+	delete(l.m.leases, l.res)
 	valid := l.promiseLocked()
 	l.m.mu.Unlock()
 	var err error
@@ -352,11 +360,20 @@ func (l *lease) end(reason EndReason, cause error) {
 		err = l.m.locker.Release(context.Background(), l.key, l.value)
 	}
 	l.m.mu.Lock()
-	l.m.wakeQueueLocked(l.name)
+	l.m.wakeQueueLocked(queueID(l.name, l.permits))
 	l.closeSubscribersLocked(reason, valid)
 	l.m.mu.Unlock()
 	l.m.obs.Ended(reason)
 	l.logEnd(reason, cause, valid, err)
+}
+
+// logAttrs names the lease in log lines: its name and owner, and for a
+// semaphore's permit its slot of how many. Never the token.
+func (l *lease) logAttrs() []any {
+	if l.permits == 0 {
+		return []any{"name", l.name, "owner", l.owner}
+	}
+	return []any{"semaphore", l.name, "owner", l.owner, "slot", l.slot, "permits", l.permits}
 }
 
 // errNoCause stands for the cause of a loss that was not given one, so
@@ -372,7 +389,7 @@ func (l *lease) logEnd(reason EndReason, cause error, valid time.Time, releaseEr
 	if reason == EndReleased && releaseErr == nil && !l.m.log.Enabled(context.Background(), slog.LevelDebug) {
 		return // the common end, logged at debug only: build nothing for it on every release
 	}
-	log, attrs := l.m.log, []any{"name", l.name, "owner", l.owner}
+	log, attrs := l.m.log, l.logAttrs()
 	switch reason {
 	case EndLost:
 		if cause == nil {
@@ -471,6 +488,8 @@ func (l *lease) info(withToken bool) Info {
 func (l *lease) infoLocked(withToken bool) Info {
 	in := Info{
 		Name:           l.name,
+		Permits:        l.permits,
+		Slot:           l.slot,
 		Owner:          l.owner,
 		TTL:            l.ttl,
 		AcquiredAt:     l.acquiredAt,

@@ -153,6 +153,11 @@ type Request struct {
 	// MaxHold caps the lease's whole life, heartbeats or not (0: the
 	// Manager's MaxHold). Reaching it ends the lease as lost (max_hold).
 	MaxHold time.Duration
+	// Permits makes the request take one permit of the counting semaphore
+	// Name, which at most Permits callers hold at once (semaphore.go); 0
+	// asks for the lock Name. Semaphores and locks are separate spaces:
+	// the semaphore "x" and the lock "x" are unrelated.
+	Permits int
 }
 
 // Info describes a lease held through this sidecar.
@@ -167,6 +172,8 @@ type Info struct {
 	Fence          int64     // the grant's fencing token (0 when fencing is off)
 	Hold           bool      // kept alive by the caller's connection
 	MaxHoldAt      time.Time // when the lease ends whatever happens (zero: never)
+	Permits        int       // a semaphore's permits (0 for a lock)
+	Slot           int       // the semaphore slot held, 1..Permits (0 for a lock)
 }
 
 // Status is what the masters say about a lock name.
@@ -176,6 +183,7 @@ type Status struct {
 	Owner      string
 	ValidUntil time.Time
 	Fence      int64
+	Slot       int // for a semaphore's holder: the slot it holds
 }
 
 // Manager holds the leases of this sidecar.
@@ -192,9 +200,9 @@ type Manager struct {
 
 	mu      sync.Mutex
 	closing bool
-	leases  map[string]*lease   // live leases by name
-	pending map[string]struct{} // names being acquired right now
-	queues  map[string]*queue   // callers waiting, by name
+	leases  map[string]*lease   // live leases by resource (resourceID)
+	pending map[string]struct{} // resources being acquired right now
+	queues  map[string]*queue   // callers waiting, by queueID
 	waiting int                 // callers in all queues
 	// renewals is the renewal grid: leases by the slot they renew in.
 	renewals    map[int64][]*lease
@@ -296,17 +304,28 @@ func (m *Manager) tryAcquireOnce(ctx context.Context, req Request, start time.Ti
 	}
 }
 
-// tryAcquire makes one round to the masters. A caller outside the queue
-// (fromQueue false) does not jump ahead of waiters. A caller whose ctx
-// ended during the round holds nothing and hears ctx's error, whatever the
-// masters answered: a round cut short says nothing about them.
+// tryAcquire makes one try for req: one round to the masters for a lock,
+// one round per slot tried for a semaphore (semaphore.go).
 func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (Info, error) {
-	if err := m.reserve(req.Name, fromQueue); err != nil {
+	if req.Permits > 0 {
+		return m.tryAcquireSemaphore(ctx, req, fromQueue)
+	}
+	return m.tryAcquireSlot(ctx, req, 0, fromQueue)
+}
+
+// tryAcquireSlot makes one round to the masters for a lock (slot 0) or one
+// slot of a semaphore. A caller outside the queue (fromQueue false) does
+// not jump ahead of waiters. A caller whose ctx ended during the round
+// holds nothing and hears ctx's error, whatever the masters answered: a
+// round cut short says nothing about them.
+func (m *Manager) tryAcquireSlot(ctx context.Context, req Request, slot int, fromQueue bool) (Info, error) {
+	res := resourceID(req.Name, slot)
+	if err := m.reserve(res, fromQueue); err != nil {
 		return Info{}, err
 	}
-	l, err := newLease(m, req)
+	l, err := newLease(m, req, slot)
 	if err != nil {
-		m.unreserve(req.Name)
+		m.unreserve(res)
 		return Info{}, err
 	}
 	grant, err := m.acquireAdmitted(ctx, l)
@@ -318,7 +337,7 @@ func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (
 		err = cut // the failed round released it everywhere (Locker.Acquire)
 	}
 	if err != nil {
-		m.unreserve(req.Name)
+		m.unreserve(res)
 		return Info{}, err
 	}
 	l.keysValidUntil = grant.ValidUntil
@@ -342,8 +361,8 @@ func (m *Manager) acquireAdmitted(ctx context.Context, l *lease) (redlock.Grant,
 	return m.locker.Acquire(ctx, l.key, l.value, l.keyTTL)
 }
 
-// reserve lets one acquisition per name go to the masters from this
-// sidecar; others see the name as held without a round trip.
+// reserve lets one acquisition per resource go to the masters from this
+// sidecar; others see it as held without a round trip.
 func (m *Manager) reserve(name string, fromQueue bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -377,11 +396,11 @@ func (m *Manager) unreserve(name string) {
 func (m *Manager) start(l *lease) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.pending, l.name)
+	delete(m.pending, l.res)
 	if m.closing {
 		return ErrShuttingDown
 	}
-	m.leases[l.name] = l
+	m.leases[l.res] = l
 	m.scheduleLocked(l, l.acquiredAt.Add(l.renewInterval()))
 	m.wg.Add(1) // done when the lease ends
 	l.startTimers()
@@ -392,12 +411,26 @@ func (m *Manager) start(l *lease) error {
 // the lock on a quorum so the answer carries a fresh ValidUntil. See the
 // package documentation for what ctx bounds.
 func (m *Manager) Extend(ctx context.Context, name, token string, ttl time.Duration) (Info, error) {
+	return m.extend(ctx, m.findLock, name, token, ttl)
+}
+
+// Release ends the caller's lease and deletes the key on the masters. See
+// the package documentation for what ctx bounds.
+func (m *Manager) Release(ctx context.Context, name, token string) error {
+	return m.release(ctx, m.findLock, name, token)
+}
+
+// finder finds the live lease of a name held with a token, or answers
+// ErrLeaseGone: findLock among locks, findPermit among semaphores'.
+type finder func(name, token string) (*lease, error)
+
+func (m *Manager) extend(ctx context.Context, find finder, name, token string, ttl time.Duration) (Info, error) {
 	if ttl != 0 {
 		if err := m.checkTTL(ttl); err != nil {
 			return Info{}, err
 		}
 	}
-	l, err := m.find(name, token)
+	l, err := find(name, token)
 	if err != nil {
 		return Info{}, err
 	}
@@ -407,10 +440,8 @@ func (m *Manager) Extend(ctx context.Context, name, token string, ttl time.Durat
 	return l.heartbeat(ctx, ttl)
 }
 
-// Release ends the caller's lease and deletes the key on the masters. See
-// the package documentation for what ctx bounds.
-func (m *Manager) Release(ctx context.Context, name, token string) error {
-	l, err := m.find(name, token)
+func (m *Manager) release(ctx context.Context, find finder, name, token string) error {
+	l, err := find(name, token)
 	if err != nil {
 		return err
 	}
@@ -420,8 +451,8 @@ func (m *Manager) Release(ctx context.Context, name, token string) error {
 	return l.release(ctx)
 }
 
-// find returns the live lease of name if token is its token.
-func (m *Manager) find(name, token string) (*lease, error) {
+// findLock returns the live lease of the lock name if token is its token.
+func (m *Manager) findLock(name, token string) (*lease, error) {
 	m.mu.Lock()
 	l, ok := m.leases[name]
 	m.mu.Unlock()
@@ -436,10 +467,16 @@ func (m *Manager) Inspect(ctx context.Context, name string) (Status, error) {
 	if err := ValidateName(name); err != nil {
 		return Status{}, err
 	}
+	return m.inspect(ctx, name, 0)
+}
+
+// inspect reads one resource (a lock, or slot of a semaphore) from the
+// masters.
+func (m *Manager) inspect(ctx context.Context, name string, slot int) (Status, error) {
 	if err := ctx.Err(); err != nil {
 		return Status{}, err
 	}
-	h, err := m.locker.Inspect(ctx, m.cfg.KeyPrefix+name)
+	h, err := m.locker.Inspect(ctx, m.cfg.KeyPrefix+resourceID(name, slot))
 	if err != nil {
 		if cut := endedBy(ctx); cut != nil {
 			return Status{}, cut // cut short: says nothing about the masters
@@ -451,19 +488,31 @@ func (m *Manager) Inspect(ctx context.Context, name string) (Status, error) {
 		st.Owner = ownerOf(h.Value)
 		st.ValidUntil = h.ValidUntil
 		st.Fence = h.Fence
+		st.Slot = slot
 	}
 	return st, nil
 }
 
-// List returns the live leases of this sidecar by name, without tokens.
-func (m *Manager) List() []Info {
+// List returns the live locks of this sidecar by name, without tokens.
+func (m *Manager) List() []Info { return m.list(false) }
+
+// list returns the live leases of locks, or of semaphores' permits, by
+// name and slot, without tokens.
+func (m *Manager) list(permits bool) []Info {
 	m.mu.Lock()
 	out := make([]Info, 0, len(m.leases))
 	for _, l := range m.leases {
-		out = append(out, l.infoLocked(false))
+		if (l.permits > 0) == permits {
+			out = append(out, l.infoLocked(false))
+		}
 	}
 	m.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Slot < out[j].Slot
+	})
 	return out
 }
 
@@ -512,6 +561,9 @@ func (m *Manager) normalize(req Request) (Request, error) {
 		return req, asParamError(ParamOwner, err)
 	}
 	if err := validateIdempotencyKey(req); err != nil {
+		return req, err
+	}
+	if err := m.checkPermits(req); err != nil {
 		return req, err
 	}
 	if req.TTL == 0 {

@@ -59,6 +59,7 @@ type queue struct {
 	waiters   []*waiter
 	wake      chan WakeSource // 1-buffered: wake-ups coalesce
 	stopWatch func()
+	permits   int // a semaphore's, asked by every waiter (0 for a lock)
 }
 
 type waiter struct {
@@ -76,11 +77,12 @@ func (q *queue) signal(src WakeSource) {
 // acquireWaiting joins the name's queue and, once at its head, retries
 // until the lock is granted, the deadline passes or ctx ends.
 func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time.Time) (Info, error) {
-	q, w, err := m.enqueue(req.Name)
+	id := queueID(req.Name, req.Permits)
+	q, w, err := m.enqueue(req, id)
 	if err != nil {
 		return Info{}, err
 	}
-	defer m.dequeue(req.Name, q, w)
+	defer m.dequeue(id, q, w)
 	expired := time.NewTimer(time.Until(deadline))
 	defer expired.Stop()
 	select {
@@ -169,21 +171,22 @@ func noQuorumPause(err error) time.Duration {
 	return pause
 }
 
-// enqueue appends a waiter to name's queue, creating the queue (and its
-// release watch) for the first one, who is the head at once. A queue full
-// at MaxWaitersPerName refuses: one hot name must not take every waiting
-// slot of the sidecar from the others.
-func (m *Manager) enqueue(name string) (*queue, *waiter, error) {
+// enqueue appends a waiter for req to the queue id, creating the queue
+// (and its release watch on every key req may take) for the first one,
+// who is the head at once. A queue full at MaxWaitersPerName refuses: one
+// hot name must not take every waiting slot of the sidecar from the
+// others.
+func (m *Manager) enqueue(req Request, id string) (*queue, *waiter, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	q, ok := m.queues[name]
+	q, ok := m.queues[id]
 	if ok && len(q.waiters) >= m.cfg.MaxWaitersPerName {
 		return nil, nil, &LimitError{Err: ErrTooManyWaitersForName, Max: m.cfg.MaxWaitersPerName, RetryAfter: limitRetryAfter}
 	}
 	if !ok {
-		q = &queue{wake: make(chan WakeSource, 1)}
-		q.stopWatch = m.locker.WatchReleases(m.cfg.KeyPrefix+name, func() { q.signal(WakePubSub) })
-		m.queues[name] = q
+		q = &queue{wake: make(chan WakeSource, 1), permits: req.Permits}
+		q.stopWatch = m.watchReleases(resourceIDs(req.Name, req.Permits), func() { q.signal(WakePubSub) })
+		m.queues[id] = q
 	}
 	w := &waiter{turn: make(chan struct{})}
 	q.waiters = append(q.waiters, w)
@@ -213,6 +216,20 @@ func (m *Manager) dequeue(name string, q *queue, w *waiter) {
 	if len(q.waiters) == 0 {
 		delete(m.queues, name)
 		q.stopWatch()
+	}
+}
+
+// watchReleases watches the releases of every resource in ids; notify
+// must not block.
+func (m *Manager) watchReleases(ids []string, notify func()) (cancel func()) {
+	cancels := make([]func(), len(ids))
+	for i, id := range ids {
+		cancels[i] = m.locker.WatchReleases(m.cfg.KeyPrefix+id, notify)
+	}
+	return func() {
+		for _, c := range cancels {
+			c()
+		}
 	}
 }
 

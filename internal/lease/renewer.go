@@ -105,7 +105,7 @@ func (m *Manager) takeDue(now time.Time) (time.Time, []*lease, []redlock.ExtendI
 		}
 		delete(m.renewals, s)
 		for _, l := range ls {
-			if l.renewSlot != s || m.leases[l.name] != l {
+			if l.renewSlot != s || m.leases[l.res] != l {
 				continue // rescheduled or ended since
 			}
 			if !start.Before(l.keysValidUntil) {
@@ -221,8 +221,8 @@ func (l *lease) renewalFailedLocked(cause error) Event {
 	}
 	l.expiringSent = true
 	valid := l.promiseLocked()
-	l.m.log.Warn("lock expiring: renewals keep failing", "name", l.name, "owner", l.owner,
-		"valid_for", left.Round(time.Millisecond), "cause", cause)
+	l.m.log.Warn("lock expiring: renewals keep failing", append(l.logAttrs(),
+		"valid_for", left.Round(time.Millisecond), "cause", cause)...)
 	return Event{Kind: EventExpiring, ValidUntil: valid}
 }
 
