@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 )
@@ -147,11 +146,6 @@ func newSecret() (string, error) {
 // grant, so only this grant can extend or release the key, and carrying the
 // owner so any sidecar can say who holds a lock. It is not the token.
 func masterValue(id, owner string) string { return id + ":" + owner }
-
-func ownerOf(value string) string {
-	_, owner, _ := strings.Cut(value, ":")
-	return owner
-}
 
 // hasToken compares in constant time, so response timing leaks nothing.
 func (l *lease) hasToken(token string) bool {
@@ -363,6 +357,7 @@ func (l *lease) end(reason EndReason, cause error) {
 	l.m.wakeQueueLocked(queueID(l.name, l.permits))
 	l.closeSubscribersLocked(reason, valid)
 	l.m.mu.Unlock()
+	l.m.changed(l)
 	l.m.obs.Ended(reason)
 	l.logEnd(reason, cause, valid, err)
 }

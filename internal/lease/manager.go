@@ -56,6 +56,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,6 +112,10 @@ type Config struct {
 
 	Observer Observer     // nil: none
 	Logger   *slog.Logger // nil: discard
+	// Changed (nil: none) is told the name of every lock whose lease on
+	// this sidecar starts or ends, so its watchers learn at once (package
+	// watch). It must not block.
+	Changed func(name string)
 }
 
 // Validate checks the timing rules that keep renewal sound.
@@ -184,6 +189,10 @@ type Status struct {
 	ValidUntil time.Time
 	Fence      int64
 	Slot       int // for a semaphore's holder: the slot it holds
+	// Grant tells grants apart: the random part of the value the masters
+	// hold, unique per grant. It is not a token (it can neither extend
+	// nor release through the API), but it is not published either.
+	Grant string
 }
 
 // Manager holds the leases of this sidecar.
@@ -346,6 +355,7 @@ func (m *Manager) tryAcquireSlot(ctx context.Context, req Request, slot int, fro
 		_ = m.locker.Release(context.WithoutCancel(ctx), l.key, l.value)
 		return Info{}, err
 	}
+	m.changed(l)
 	return l.info(true), nil
 }
 
@@ -462,6 +472,20 @@ func (m *Manager) findLock(name, token string) (*lease, error) {
 	return l, nil
 }
 
+// WatchReleases calls notify (which must not block) each time a master
+// announces a release of the lock name, until cancel; see
+// redlock.Locker.WatchReleases.
+func (m *Manager) WatchReleases(name string, notify func()) (cancel func()) {
+	return m.watchReleases([]string{name}, notify)
+}
+
+// changed tells Config.Changed that the lease of a lock started or ended.
+func (m *Manager) changed(l *lease) {
+	if m.cfg.Changed != nil && l.permits == 0 {
+		m.cfg.Changed(l.name)
+	}
+}
+
 // Inspect reads the lock's state from the masters.
 func (m *Manager) Inspect(ctx context.Context, name string) (Status, error) {
 	if err := ValidateName(name); err != nil {
@@ -485,7 +509,7 @@ func (m *Manager) inspect(ctx context.Context, name string, slot int) (Status, e
 	}
 	st := Status{Name: name, Held: h.Held}
 	if h.Held {
-		st.Owner = ownerOf(h.Value)
+		st.Grant, st.Owner, _ = strings.Cut(h.Value, ":")
 		st.ValidUntil = h.ValidUntil
 		st.Fence = h.Fence
 		st.Slot = slot

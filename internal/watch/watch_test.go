@@ -1,0 +1,235 @@
+package watch_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/watch"
+	"github.com/sidelock/sidelock/pkg/redlock"
+	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
+)
+
+// sidecar is a lease Manager over the masters, with a Hub wired as the
+// sidecar assembly wires it (the Manager tells the Hub of its own leases).
+type sidecar struct {
+	m   *lease.Manager
+	hub *watch.Hub
+}
+
+func newSidecar(t *testing.T, servers []*redistest.Server, keyTTL, poll time.Duration) *sidecar {
+	t.Helper()
+	nodes := make([]redlock.Node, len(servers))
+	for i, s := range servers {
+		n := redisnode.New(redisnode.Options{Addr: s.Addr()})
+		t.Cleanup(func() { _ = n.Close() })
+		nodes[i] = n
+	}
+	locker, err := redlock.New(nodes, redlock.Config{NodeTimeout: 100 * time.Millisecond, Fencing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sidecar{}
+	s.hub = watch.New(watch.Config{Source: source{s}, Poll: poll})
+	s.m, err = lease.NewManager(locker, lease.Config{
+		KeyPrefix: "t:", KeyTTL: keyTTL, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: 5 * time.Second,
+		Changed: s.hub.Changed,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.hub.Close(); _ = s.m.Close(context.Background()) })
+	return s
+}
+
+// source reads through the sidecar's Manager, set after the Hub is made.
+type source struct{ s *sidecar }
+
+func (src source) Inspect(ctx context.Context, name string) (lease.Status, error) {
+	return src.s.m.Inspect(ctx, name)
+}
+
+func (src source) WatchReleases(name string, notify func()) func() {
+	return src.s.m.WatchReleases(name, notify)
+}
+
+func next(t *testing.T, ch <-chan watch.Change, within time.Duration) watch.Change {
+	t.Helper()
+	select {
+	case c, ok := <-ch:
+		if !ok {
+			t.Fatal("the stream ended")
+		}
+		return c
+	case <-time.After(within):
+		t.Fatalf("no change within %v", within)
+	}
+	return watch.Change{}
+}
+
+func expect(t *testing.T, c watch.Change, kind watch.Kind, held bool) {
+	t.Helper()
+	if c.Kind != kind || c.Status.Held != held {
+		t.Fatalf("got %s (held %v, %+v), want %s (held %v)", c.Kind, c.Status.Held, c, kind, held)
+	}
+}
+
+// A watcher sees the state, then every holder and release: its own
+// sidecar's at once, another sidecar's acquisition by the poll, its
+// release by the masters' announcement, and a dead holder's keys lapsing
+// as an expiry.
+func TestWatchReportsEveryChange(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	const keyTTL, poll = 1500 * time.Millisecond, 300 * time.Millisecond
+	here := newSidecar(t, servers, keyTTL, poll)
+	there := newSidecar(t, servers, keyTTL, poll)
+	ctx := context.Background()
+
+	ch, cancel, err := here.hub.Subscribe("leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	expect(t, next(t, ch, time.Second), watch.KindState, false)
+
+	in, err := here.m.Acquire(ctx, lease.Request{Name: "leader", Owner: "pod-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := next(t, ch, 500*time.Millisecond) // told by its own Manager: no poll needed
+	expect(t, c, watch.KindAcquired, true)
+	if c.Status.Owner != "pod-a" || c.Status.Fence != in.Fence || c.Since.IsZero() {
+		t.Fatalf("acquired %+v, want owner pod-a, fence %d and a since", c, in.Fence)
+	}
+	if err := here.m.Release(ctx, "leader", in.Token); err != nil {
+		t.Fatal(err)
+	}
+	if c := next(t, ch, 500*time.Millisecond); c.Kind != watch.KindReleased || c.Reason != watch.ReasonReleased {
+		t.Fatalf("after a release: %+v", c)
+	}
+
+	other, err := there.m.Acquire(ctx, lease.Request{Name: "leader", Owner: "pod-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := next(t, ch, poll+time.Second); c.Kind != watch.KindAcquired || c.Status.Owner != "pod-b" || c.Status.Fence <= in.Fence {
+		t.Fatalf("another sidecar's holder: %+v (fence must pass %d)", c, in.Fence)
+	}
+	if err := there.m.Release(ctx, "leader", other.Token); err != nil {
+		t.Fatal(err)
+	}
+	if c := next(t, ch, poll); c.Kind != watch.KindReleased || c.Reason != watch.ReasonReleased {
+		t.Fatalf("another sidecar's release, announced by the masters: %+v", c)
+	}
+
+	if _, err := there.m.Acquire(ctx, lease.Request{Name: "leader", Owner: "pod-c"}); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, next(t, ch, poll+time.Second), watch.KindAcquired, true)
+	_ = there.m.Close(ctx) // a sidecar that stops leaves its keys to lapse
+	if c := next(t, ch, keyTTL+poll+time.Second); c.Kind != watch.KindReleased || c.Reason != watch.ReasonExpired {
+		t.Fatalf("a holder's keys lapsing: %+v", c)
+	}
+}
+
+// Masters that cannot be read are reported as such, once, and the state
+// is sent again when they can; a new stream on a name already watched
+// starts with its state too.
+func TestWatchUnavailableThenStateAgain(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	here := newSidecar(t, servers, 2*time.Second, 200*time.Millisecond)
+	ch, cancel, err := here.hub.Subscribe("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	expect(t, next(t, ch, time.Second), watch.KindState, false)
+	servers[0].Stop()
+	servers[1].Stop()
+	if c := next(t, ch, 2*time.Second); c.Kind != watch.KindUnavailable || !errors.Is(c.Err, lease.ErrNoQuorum) {
+		t.Fatalf("two of three masters paused: %+v", c)
+	}
+	servers[0].Cont()
+	servers[1].Cont()
+	expect(t, next(t, ch, 2*time.Second), watch.KindState, false)
+
+	second, cancel2, err := here.hub.Subscribe("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel2()
+	expect(t, next(t, second, time.Second), watch.KindState, false)
+}
+
+// Streams are bounded, a reader that falls behind is cut off rather than
+// holding up the others, and Close ends every stream.
+func TestWatchBounds(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	s := &sidecar{}
+	nodes := []redlock.Node{}
+	for _, srv := range servers {
+		n := redisnode.New(redisnode.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { _ = n.Close() })
+		nodes = append(nodes, n)
+	}
+	locker, err := redlock.New(nodes, redlock.Config{Fencing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := watch.New(watch.Config{Source: source{s}, MaxStreams: 2})
+	s.m, err = lease.NewManager(locker, lease.Config{KeyPrefix: "t:", KeyTTL: 2 * time.Second, DefaultTTL: 10 * time.Second, MaxTTL: time.Hour, Changed: hub.Changed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.m.Close(context.Background()) })
+
+	slow, _, err := hub.Subscribe("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, _, err := hub.Subscribe("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := hub.Subscribe("c"); !errors.Is(err, watch.ErrTooManyStreams) {
+		t.Fatalf("a third stream over a cap of 2: %v", err)
+	}
+	if _, _, err := hub.Subscribe("bad name!"); !errors.Is(err, lease.ErrInvalid) {
+		t.Fatalf("an invalid name: %v", err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 200 && hub.Streams() == 2; i++ { // changes of "a", never read
+		in, err := s.m.Acquire(ctx, lease.Request{Name: "a", Owner: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // each read must see a different state
+		if err := s.m.Release(ctx, "a", in.Token); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	deadline := time.After(5 * time.Second)
+	for ended := false; !ended; {
+		select {
+		case _, ok := <-slow:
+			ended = !ok
+		case <-deadline:
+			t.Fatal("a reader far behind was not cut off")
+		}
+	}
+	if hub.Streams() != 1 {
+		t.Fatalf("%d streams open, want the fast one only", hub.Streams())
+	}
+	expect(t, next(t, fast, time.Second), watch.KindState, false)
+	hub.Close()
+	if _, ok := <-fast; ok {
+		t.Fatal("Close left a stream open")
+	}
+	if _, _, err := hub.Subscribe("b"); !errors.Is(err, watch.ErrClosed) {
+		t.Fatalf("subscribe after Close: %v", err)
+	}
+}
