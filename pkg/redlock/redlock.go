@@ -206,9 +206,15 @@ func (l *Locker) Acquire(ctx context.Context, key, value string, ttl time.Durati
 }
 
 // failAcquire releases a failed acquisition everywhere and says why it
-// failed: held elsewhere (with a retry hint) or no quorum.
+// failed: held elsewhere (with a retry hint) or no quorum. When every
+// master answered that another value holds the key, nothing was written
+// anywhere and there is nothing to release: a refusal costs one round, not
+// two (an answer discounted after the call, see discountIneligible, counts
+// as failed, so its master is released).
 func (l *Locker) failAcquire(ctx context.Context, key, value string, replies []reply, t counts, err error) error {
-	_ = l.releaseAll(ctx, key, value) // what it misses lapses after ttl
+	if t.held < t.total {
+		_ = l.releaseAll(ctx, key, value) // what it misses lapses after ttl
+	}
 	if t.ok+t.held >= l.quorum && t.held > 0 {
 		return &HeldError{RetryAfter: l.retryAfter(replies, t.held)}
 	}

@@ -441,3 +441,61 @@ func TestNoQuorumNamesTheProbationAndWhenItEnds(t *testing.T) {
 		t.Errorf("message %q does not name the probation", err)
 	}
 }
+
+// releaseCountingNode counts the releases it is asked for.
+type releaseCountingNode struct {
+	*memnode.Node
+	releases atomic.Int64
+}
+
+func (n *releaseCountingNode) Release(ctx context.Context, key, value string) (bool, error) {
+	n.releases.Add(1)
+	return n.Node.Release(ctx, key, value)
+}
+
+// A refusal that every master gave wrote nothing, so it releases nothing;
+// one where any master accepted (or did not answer) releases everywhere.
+func TestRefusedEverywhereReleasesNothing(t *testing.T) {
+	mem, _ := masters(3)
+	counting := make([]*releaseCountingNode, 3)
+	nodes := make([]redlock.Node, 3)
+	for i, m := range mem {
+		counting[i] = &releaseCountingNode{Node: m}
+		nodes[i] = counting[i]
+	}
+	l := newLocker(t, nodes)
+	released := func() (n int64) {
+		for _, c := range counting {
+			n += c.releases.Swap(0)
+		}
+		return n
+	}
+	for _, m := range mem {
+		m.Acquire(context.Background(), "k", "A", time.Minute)
+	}
+	if _, err := l.Acquire(context.Background(), "k", "B", time.Minute); !errors.Is(err, redlock.ErrLockHeld) {
+		t.Fatalf("err = %v, want held", err)
+	}
+	if n := released(); n != 0 {
+		t.Fatalf("a refusal by every master sent %d releases", n)
+	}
+	// An answer that does not count may hide a write: release.
+	l.SetEligibility(1, redlock.Eligibility{Why: "restart probation"})
+	if _, err := l.Acquire(context.Background(), "k", "B", time.Minute); err == nil {
+		t.Fatal("acquired without a quorum")
+	}
+	if n := released(); n != 3 {
+		t.Fatalf("a refusal with a master not counted sent %d releases, want 3", n)
+	}
+	l.SetEligibility(1, redlock.Eligibility{Eligible: true, JudgedAt: 1})
+	mem[2].Release(context.Background(), "k", "A")
+	if _, err := l.Acquire(context.Background(), "k", "B", time.Minute); !errors.Is(err, redlock.ErrLockHeld) {
+		t.Fatalf("err = %v, want held", err)
+	}
+	if n := released(); n != 3 {
+		t.Fatalf("a refusal after master 2 accepted sent %d releases, want 3", n)
+	}
+	if v, _, _ := mem[2].Get(context.Background(), "k"); v != "" {
+		t.Fatalf("master 2 still holds %q for the refused caller", v)
+	}
+}
