@@ -211,7 +211,12 @@ func tryAcquireHTTP(b *testing.B, c *http.Client, url string) (string, bool) {
 }
 
 func releaseHTTP(b *testing.B, c *http.Client, base, name, tok string) {
-	req, _ := http.NewRequest(http.MethodDelete, base+"/locks/"+name, nil)
+	releaseURL(b, c, base+"/locks/"+name, tok)
+}
+
+// releaseURL deletes the lease at url (a lock's or a semaphore's path).
+func releaseURL(b *testing.B, c *http.Client, url, tok string) {
+	req, _ := http.NewRequest(http.MethodDelete, url, nil)
 	req.Header.Set("Lock-Token", tok)
 	res, err := c.Do(req)
 	if err != nil {
