@@ -16,7 +16,10 @@
 // the watcher: only the holder's own answers and events are promises. A
 // release is told apart from an expiry only when it was announced (the
 // masters' pub/sub, or this sidecar's own lease); a missed announcement
-// reads as an expiry.
+// reads as an expiry. A read may catch a grant between its two rounds
+// (with fencing on: taken on a majority, fence not yet committed), so the
+// same holder may be reported again with its final fence, and rarely a
+// grant whose second round then failed is reported and released at once.
 package watch
 
 import (
@@ -293,8 +296,9 @@ func (t *topic) next(st lease.Status, err error, announced bool) (Change, bool) 
 	}
 	prev, wasKnown := t.last, t.known
 	t.known, t.unavailable, t.last = true, false, st
+	newHolder := st.Held && (!wasKnown || !prev.Held || prev.Grant != st.Grant)
 	switch {
-	case st.Held && (!wasKnown || !prev.Held || !sameGrant(prev, st)):
+	case newHolder:
 		t.since = time.Now()
 	case !st.Held:
 		t.since = time.Time{}
@@ -302,7 +306,9 @@ func (t *topic) next(st lease.Status, err error, announced bool) (Change, bool) 
 	switch {
 	case !wasKnown:
 		return t.stateChange(), true
-	case st.Held && (!prev.Held || !sameGrant(prev, st)):
+	case newHolder || st.Held && st.Fence != prev.Fence:
+		// The same grant with a new fence was read between its two rounds
+		// (fence.go in package redlock): its fence is news too.
 		return Change{Kind: KindAcquired, Status: st, Since: t.since}, true
 	case prev.Held && !st.Held:
 		reason := ReasonExpired
@@ -313,10 +319,6 @@ func (t *topic) next(st lease.Status, err error, announced bool) (Change, bool) 
 	}
 	return Change{}, false
 }
-
-// sameGrant tells whether two reads saw one grant: the masters' value is
-// unique per grant (lease.Status.Grant).
-func sameGrant(a, b lease.Status) bool { return a.Grant == b.Grant }
 
 // stream is one watcher.
 type stream struct{ ch chan Change }
