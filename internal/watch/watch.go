@@ -225,7 +225,7 @@ func (h *Hub) run(t *topic) {
 		ctx, cancelRead := context.WithTimeout(context.Background(), readTimeout)
 		st, err := h.cfg.Source.Inspect(ctx, t.name)
 		cancelRead()
-		if h.apply(t, st, err, announced) {
+		if c := h.apply(t, st, err, announced); c == KindAcquired || c == KindReleased {
 			fast = fastPolls
 		}
 		poll := h.cfg.Poll
@@ -237,21 +237,21 @@ func (h *Hub) run(t *topic) {
 	}
 }
 
-// apply tells t's streams what a read found, and reports whether it was
-// a change.
-func (h *Hub) apply(t *topic, st lease.Status, err error, announced bool) bool {
+// apply tells t's streams what a read found, and returns the kind of
+// change it was ("" for none).
+func (h *Hub) apply(t *topic, st lease.Status, err error, announced bool) Kind {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c, changed := t.next(st, err, announced)
 	if !changed {
-		return false
+		return ""
 	}
 	for s := range t.streams {
 		if !s.send(c) {
 			h.dropLocked(t, s) // too far behind: its reconnect starts afresh
 		}
 	}
-	return true
+	return c.Kind
 }
 
 // topic is one watched name.

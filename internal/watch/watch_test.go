@@ -113,7 +113,9 @@ func expect(t *testing.T, c watch.Change, kind watch.Kind, held bool) {
 // as an expiry.
 func TestWatchReportsEveryChange(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	const keyTTL, poll = 1500 * time.Millisecond, 300 * time.Millisecond
+	// A poll far longer than the waits for what must come at once (this
+	// sidecar's own changes, announced releases).
+	const keyTTL, poll = 1500 * time.Millisecond, 2 * time.Second
 	here := newSidecar(t, servers, keyTTL, poll)
 	there := newSidecar(t, servers, keyTTL, poll)
 	ctx := context.Background()
