@@ -17,9 +17,11 @@
 // release is told apart from an expiry only when it was announced (the
 // masters' pub/sub, or this sidecar's own lease); a missed announcement
 // reads as an expiry. A read may catch a grant between its two rounds
-// (with fencing on: taken on a majority, fence not yet committed), so the
-// same holder may be reported again with its final fence, and rarely a
-// grant whose second round then failed is reported and released at once.
+// (with fencing on: taken on a majority, fence not yet committed); a new
+// holder is therefore read again 30 ms later before it is reported, and
+// should its fence still change, it is reported again with the new one.
+// Rarely, a grant whose second round then failed is reported and released
+// at once.
 package watch
 
 import (
@@ -49,6 +51,10 @@ const (
 	// successor takes a released name within a round or two.
 	fastPoll  = 100 * time.Millisecond
 	fastPolls = 5
+	// confirmAfter is how long after seeing a new holder it is read
+	// again: longer than a grant's fence commit usually takes (one round
+	// to the masters), short beside the poll.
+	confirmAfter = 30 * time.Millisecond
 	// readTimeout bounds one read (each call to a master is bounded by
 	// the node timeout already; this bounds a stuck read as a whole).
 	readTimeout = 5 * time.Second
@@ -222,9 +228,13 @@ func (h *Hub) run(t *topic) {
 			announced = true
 		case <-timer.C:
 		}
-		ctx, cancelRead := context.WithTimeout(context.Background(), readTimeout)
-		st, err := h.cfg.Source.Inspect(ctx, t.name)
-		cancelRead()
+		st, err := h.read(t)
+		if err == nil && h.newHolder(t, st) && t.pause(confirmAfter) {
+			// A new grant may have been read between its two rounds
+			// (package redlock, fence.go): read again once its fence is
+			// likely committed, so the first report carries it.
+			st, err = h.read(t)
+		}
 		if c := h.apply(t, st, err, announced); c == KindAcquired || c == KindReleased {
 			fast = fastPolls
 		}
@@ -235,6 +245,20 @@ func (h *Hub) run(t *topic) {
 		}
 		timer.Reset(poll)
 	}
+}
+
+// read reads t's name from the masters.
+func (h *Hub) read(t *topic) (lease.Status, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	return h.cfg.Source.Inspect(ctx, t.name)
+}
+
+// newHolder tells whether st shows a grant t has not reported.
+func (h *Hub) newHolder(t *topic, st lease.Status) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return st.Held && (!t.known || !t.last.Held || t.last.Grant != st.Grant)
 }
 
 // apply tells t's streams what a read found, and returns the kind of
@@ -271,6 +295,18 @@ type topic struct {
 
 func newTopic(name string) *topic {
 	return &topic{name: name, streams: make(map[*stream]struct{}), wake: make(chan struct{}, 1), stop: make(chan struct{})}
+}
+
+// pause waits d, or less if t stops (false).
+func (t *topic) pause(d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-t.stop:
+		return false
+	}
 }
 
 func (t *topic) signal() {

@@ -238,7 +238,7 @@ func TestWatchBounds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond) // each read must see a different state
+		time.Sleep(80 * time.Millisecond) // held past a new holder's second read
 		if err := s.m.Release(ctx, "a", in.Token); err != nil {
 			t.Fatal(err)
 		}
