@@ -295,7 +295,10 @@ func (l *Locker) Release(ctx context.Context, key, value string) error {
 }
 
 // Inspect reads key from every master and reports the value a majority
-// holds, if any. It never changes a key.
+// holds, if any. It never changes a key. It answers free only when no
+// value can hold a majority: a value seen on some masters may also be on
+// those that did not answer, and then it answers ErrNoQuorum (neither
+// held nor free can be told).
 func (l *Locker) Inspect(ctx context.Context, key string) (Holder, error) {
 	start := l.now()
 	values := make([]string, len(l.nodes))
@@ -320,7 +323,33 @@ func (l *Locker) Inspect(ctx context.Context, key string) (Holder, error) {
 		}
 		return Holder{}, fmt.Errorf("%w: %d of %d masters answered, %d needed", ErrNoQuorum, answered, len(l.nodes), l.quorum)
 	}
-	return l.majorityHolder(replies, start), nil
+	h := l.majorityHolder(replies, start)
+	if !h.Held && l.couldBeHeld(replies) {
+		return Holder{}, fmt.Errorf("%w: cannot tell whether the lock is held: %d of %d masters did not answer, enough to make a majority with a value seen",
+			ErrNoQuorum, len(l.nodes)-answered, len(l.nodes))
+	}
+	return h, nil
+}
+
+// couldBeHeld tells whether a value that no majority was seen holding
+// may still hold a majority, on the masters that did not answer (or do
+// not count): then the lock is neither seen held nor known free.
+func (l *Locker) couldBeHeld(replies []reply) bool {
+	silent, seen := 0, map[string]int{}
+	for _, r := range replies {
+		switch {
+		case r.err != nil:
+			silent++
+		case r.value != "":
+			seen[r.value]++
+		}
+	}
+	for _, n := range seen {
+		if n+silent >= l.quorum {
+			return true
+		}
+	}
+	return false // (a value on silent masters only cannot make a majority: a majority answered)
 }
 
 func (l *Locker) majorityHolder(replies []reply, start time.Time) Holder {

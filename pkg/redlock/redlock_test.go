@@ -499,3 +499,51 @@ func TestRefusedEverywhereReleasesNothing(t *testing.T) {
 		t.Fatalf("master 2 still holds %q for the refused caller", v)
 	}
 }
+
+// Inspect over every subset of silent masters, with the holder's key on
+// three of five: held while the three answer, free only when no value can
+// make a majority with the silent ones, and no quorum (cannot tell)
+// otherwise — never free while the holder may still hold it.
+func TestInspectNeverCallsAPossiblyHeldLockFree(t *testing.T) {
+	const n = 5
+	for _, heldOn := range []int{3, 2} { // a holder's majority; a failed grant's leftover keys
+		for silent := range 1 << n {
+			mem, nodes := masters(n)
+			l := newLocker(t, nodes)
+			for i := range heldOn {
+				mem[i].Acquire(context.Background(), "k", "A", time.Minute)
+			}
+			answered, answeredA := 0, 0
+			for i := range mem {
+				if silent&(1<<i) != 0 {
+					mem[i].SetDown(true)
+					continue
+				}
+				answered++
+				if i < heldOn {
+					answeredA++
+				}
+			}
+			h, err := l.Inspect(context.Background(), "k")
+			mayHold := answeredA+(n-answered) >= l.Quorum()
+			switch {
+			case answered < l.Quorum():
+				if !errors.Is(err, redlock.ErrNoQuorum) {
+					t.Errorf("A on %d, silent %05b: %+v, %v; want no quorum", heldOn, silent, h, err)
+				}
+			case answeredA >= l.Quorum():
+				if err != nil || !h.Held || h.Value != "A" {
+					t.Errorf("A on %d, silent %05b: %+v, %v; want held by A", heldOn, silent, h, err)
+				}
+			case mayHold:
+				if !errors.Is(err, redlock.ErrNoQuorum) {
+					t.Errorf("A on %d, silent %05b: %+v, %v; A may hold a majority: want cannot tell", heldOn, silent, h, err)
+				}
+			default:
+				if err != nil || h.Held {
+					t.Errorf("A on %d, silent %05b: %+v, %v; want free", heldOn, silent, h, err)
+				}
+			}
+		}
+	}
+}
