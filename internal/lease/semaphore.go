@@ -160,7 +160,7 @@ func (m *Manager) Semaphores() Semaphores { return Semaphores{m: m} }
 func (s Semaphores) Acquire(ctx context.Context, req Request) (Info, error) {
 	if req.Permits == 0 {
 		s.m.obs.Acquisition(OutcomeInvalid, 0)
-		return Info{}, invalidParam(ParamPermits, "permits is required: an integer within [1, %d]", MaxPermits)
+		return Info{}, invalidParam(ParamPermits, "permits 0 must be within [1, %d]", MaxPermits)
 	}
 	return s.m.Acquire(ctx, req)
 }
@@ -201,7 +201,12 @@ func (s Semaphores) Inspect(ctx context.Context, name string, permits int) (Sema
 	done := make(chan struct{})
 	for i := range permits {
 		go func() {
-			defer func() { done <- struct{}{} }()
+			defer func() {
+				if r := recover(); r != nil { // a bug answers 500, it does not end the sidecar
+					errs[i] = fmt.Errorf("reading slot %d: %v", i+1, r)
+				}
+				done <- struct{}{}
+			}()
 			slots[i], errs[i] = s.m.inspect(ctx, name, i+1)
 		}()
 	}

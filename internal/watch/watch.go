@@ -229,6 +229,9 @@ func (h *Hub) run(t *topic) {
 		case <-timer.C:
 		}
 		st, err := h.read(t)
+		// A release announced while the read was on its way is the
+		// likelier cause of a free name than a lapse.
+		announced = announced || len(t.wake) > 0
 		if err == nil && h.newHolder(t, st) && t.pause(confirmAfter) {
 			// A new grant may have been read between its two rounds
 			// (package redlock, fence.go): read again once its fence is
