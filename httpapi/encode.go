@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/watch"
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
@@ -30,6 +31,8 @@ const (
 	codeInvalidMaxHold   problemCode = "invalid_max_hold"
 	codeInvalidHold      problemCode = "invalid_hold"
 	codeInvalidOwner     problemCode = "invalid_owner"
+	codeInvalidPermits   problemCode = "invalid_permits"
+	codeInvalidWatch     problemCode = "invalid_watch"
 	codeInvalidQuery     problemCode = "invalid_query"
 	codeInvalidBody      problemCode = "invalid_body"
 	codeInvalidRequest   problemCode = "invalid_request"
@@ -45,10 +48,12 @@ const (
 	codeLockHeld            problemCode = "lock_held"
 	codeLeaseGone           problemCode = "lease_gone"
 	codeIdempotencyMismatch problemCode = "idempotency_mismatch"
+	codePermitsMismatch     problemCode = "permits_mismatch"
 	// 429: this sidecar's limits.
-	codeTooManyLocks   problemCode = "too_many_locks"
-	codeTooManyWaiters problemCode = "too_many_waiters"
-	codeOverloaded     problemCode = "overloaded"
+	codeTooManyLocks    problemCode = "too_many_locks"
+	codeTooManyWaiters  problemCode = "too_many_waiters"
+	codeTooManyWatchers problemCode = "too_many_watchers"
+	codeOverloaded      problemCode = "overloaded"
 	// 499: recorded (metrics) when the client left first; it never reads it.
 	codeClientClosedRequest problemCode = "client_closed_request"
 	// 500, 503: the sidecar or its masters.
@@ -80,6 +85,8 @@ func paramCode(param string) problemCode {
 		return codeInvalidMaxHold
 	case lease.ParamOwner:
 		return codeInvalidOwner
+	case lease.ParamPermits:
+		return codeInvalidPermits
 	}
 	return codeInvalidRequest
 }
@@ -158,9 +165,17 @@ func problemFor(err error) problem {
 	case errors.As(err, &tooBig):
 		return newProblem(http.StatusRequestEntityTooLarge, codeBodyTooLarge, fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
 	case errors.As(err, &held):
-		p := newProblem(http.StatusConflict, codeLockHeld, "the lock is held by another owner")
+		p := newProblem(http.StatusConflict, codeLockHeld, "the lock is held by another owner (for a semaphore: every permit is held)")
 		p.RetryAfterMS = held.RetryAfter.Milliseconds()
 		return p
+	case errors.Is(err, lease.ErrPermitsMismatch):
+		return newProblem(http.StatusConflict, codePermitsMismatch, err.Error())
+	case errors.Is(err, watch.ErrTooManyStreams):
+		p := newProblem(http.StatusTooManyRequests, codeTooManyWatchers, err.Error())
+		p.RetryAfterMS = watchRetryAfter.Milliseconds()
+		return p
+	case errors.Is(err, watch.ErrClosed):
+		return newProblem(http.StatusServiceUnavailable, codeShuttingDown, "the sidecar is shutting down")
 	case errors.Is(err, lease.ErrIdempotencyMismatch):
 		return newProblem(http.StatusUnprocessableEntity, codeIdempotencyMismatch, err.Error())
 	case errors.As(err, &param):
@@ -212,6 +227,10 @@ func newProblem(status int, code problemCode, detail string) problem {
 	return problem{Type: code.typeURI(), Code: code, Title: title, Status: status, Detail: detail}
 }
 
+// watchRetryAfter is the retry hint of a refusal at the cap of watch streams: a
+// stream frees its place only when its reader leaves.
+const watchRetryAfter = time.Second
+
 // leaseBody is the answer to acquire and extend.
 type leaseBody struct {
 	Name           string    `json:"name"`
@@ -224,6 +243,9 @@ type leaseBody struct {
 	Fence          int64     `json:"fence,omitempty"`
 	// MaxHoldAt is when the lease ends whatever the caller does.
 	MaxHoldAt *time.Time `json:"max_hold_at,omitempty"`
+	// Permits and Slot describe a semaphore's permit (absent for a lock).
+	Permits int `json:"permits,omitempty"`
+	Slot    int `json:"slot,omitempty"`
 }
 
 func leaseJSON(in lease.Info) leaseBody {
@@ -237,6 +259,8 @@ func leaseJSON(in lease.Info) leaseBody {
 		ValidUntil:     in.ValidUntil.UTC(),
 		Fence:          in.Fence,
 		MaxHoldAt:      optionalTime(in.MaxHoldAt),
+		Permits:        in.Permits,
+		Slot:           in.Slot,
 	}
 }
 
@@ -262,6 +286,56 @@ func statusJSON(st lease.Status) statusBody {
 	b := statusBody{Name: st.Name, Held: st.Held, Owner: st.Owner, Fence: st.Fence}
 	if st.Held {
 		b.ValidUntil = optionalTime(st.ValidUntil)
+	}
+	return b
+}
+
+// semaphoreBody is the answer to a semaphore's inspection.
+type semaphoreBody struct {
+	Name    string       `json:"name"`
+	Permits int          `json:"permits"`
+	Held    int          `json:"held"`
+	Holders []holderBody `json:"holders"`
+}
+
+// holderBody is one held slot of a semaphore.
+type holderBody struct {
+	Slot       int       `json:"slot"`
+	Owner      string    `json:"owner"`
+	Fence      int64     `json:"fence,omitempty"`
+	ValidUntil time.Time `json:"valid_until"`
+}
+
+func semaphoreJSON(st lease.SemaphoreStatus) semaphoreBody {
+	b := semaphoreBody{Name: st.Name, Permits: st.Permits, Held: len(st.Holders), Holders: make([]holderBody, 0, len(st.Holders))}
+	for _, h := range st.Holders {
+		b.Holders = append(b.Holders, holderBody{Slot: h.Slot, Owner: h.Owner, Fence: h.Fence, ValidUntil: h.ValidUntil.UTC()})
+	}
+	return b
+}
+
+// watchBody is the data of a watch stream's events: state and acquired
+// name the holder, released says why the name is free, unavailable why
+// it cannot be read.
+type watchBody struct {
+	Name       string     `json:"name"`
+	Held       bool       `json:"held"`
+	Owner      string     `json:"owner,omitempty"`
+	Fence      int64      `json:"fence,omitempty"`
+	ValidUntil *time.Time `json:"valid_until,omitempty"`
+	Since      *time.Time `json:"since,omitempty"`
+	Reason     string     `json:"reason,omitempty"`
+	Detail     string     `json:"detail,omitempty"`
+}
+
+func watchJSON(name string, c watch.Change) watchBody {
+	b := watchBody{Name: name, Held: c.Status.Held, Reason: c.Reason}
+	if c.Status.Held {
+		b.Owner, b.Fence = c.Status.Owner, c.Status.Fence
+		b.ValidUntil, b.Since = optionalTime(c.Status.ValidUntil), optionalTime(c.Since)
+	}
+	if c.Err != nil {
+		b.Detail = c.Err.Error()
 	}
 	return b
 }

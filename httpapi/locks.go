@@ -6,11 +6,12 @@ import (
 	"net/http"
 
 	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/watch"
 )
 
-func handleAcquire(log *slog.Logger, leases *lease.Manager) http.Handler {
+func handleAcquire(log *slog.Logger, k kind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		req, err := acquireRequest(r)
+		req, err := acquireRequest(r, k)
 		if err != nil {
 			writeError(w, log, err)
 			return
@@ -23,27 +24,27 @@ func handleAcquire(log *slog.Logger, leases *lease.Manager) http.Handler {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		info, err := leases.Acquire(r.Context(), req)
+		info, err := k.api.Acquire(r.Context(), req)
 		if err != nil {
 			writeError(w, log, err)
 			return
 		}
 		if req.Hold {
-			serveHold(w, r, leases, info)
+			serveHold(w, r, k.api, info)
 			return
 		}
-		deliverGrant(w, r, leases, info)
+		deliverGrant(w, r, k.api, info)
 	})
 }
 
-func handleExtend(log *slog.Logger, leases *lease.Manager) http.Handler {
+func handleExtend(log *slog.Logger, k kind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tr, err := readTokenRequest(r, true)
+		tr, err := readTokenRequest(r, k, true)
 		if err != nil {
 			writeError(w, log, err)
 			return
 		}
-		info, err := leases.Extend(r.Context(), tr.name, tr.token, tr.ttl)
+		info, err := k.api.Extend(r.Context(), tr.name, tr.token, tr.ttl)
 		if err != nil {
 			writeError(w, log, err)
 			return
@@ -52,9 +53,9 @@ func handleExtend(log *slog.Logger, leases *lease.Manager) http.Handler {
 	})
 }
 
-func handleRelease(log *slog.Logger, leases *lease.Manager) http.Handler {
+func handleRelease(log *slog.Logger, k kind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tr, err := readTokenRequest(r, false)
+		tr, err := readTokenRequest(r, k, false)
 		if err != nil {
 			writeError(w, log, err)
 			return
@@ -62,7 +63,7 @@ func handleRelease(log *slog.Logger, leases *lease.Manager) http.Handler {
 		// A DELETE that arrived whole is carried out even if its client
 		// hangs up: leaving the lock held until its lease lapses would
 		// block everyone else for nobody.
-		if err := leases.Release(context.WithoutCancel(r.Context()), tr.name, tr.token); err != nil {
+		if err := k.api.Release(context.WithoutCancel(r.Context()), tr.name, tr.token); err != nil {
 			writeError(w, log, err)
 			return
 		}
@@ -70,14 +71,21 @@ func handleRelease(log *slog.Logger, leases *lease.Manager) http.Handler {
 	})
 }
 
-func handleInspect(log *slog.Logger, leases *lease.Manager) http.Handler {
+// handleInspect reads a lock from the masters, or with watch=true
+// streams its holder and every change (package watch).
+func handleInspect(log *slog.Logger, leases *lease.Manager, watches *watch.Hub) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name, err := lockName(r)
-		if err == nil && r.URL.RawQuery != "" {
-			err = badRequest(codeInvalidQuery, "inspect takes no parameters")
+		name, err := nameIn(r, locks)
+		var watching bool
+		if err == nil {
+			watching, err = watchParam(r.URL.RawQuery)
 		}
 		if err != nil {
 			writeError(w, log, err)
+			return
+		}
+		if watching {
+			serveWatch(w, r, log, watches, name)
 			return
 		}
 		st, err := leases.Inspect(r.Context(), name)
@@ -89,17 +97,37 @@ func handleInspect(log *slog.Logger, leases *lease.Manager) http.Handler {
 	})
 }
 
-func handleList(leases *lease.Manager) http.Handler {
-	type listBody struct {
-		Locks []leaseBody `json:"locks"`
-	}
+// handleInspectSemaphore reads every slot of a semaphore; permits is
+// required, as the masters do not know it.
+func handleInspectSemaphore(log *slog.Logger, sems lease.Semaphores) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		infos := leases.List()
-		body := listBody{Locks: make([]leaseBody, 0, len(infos))}
-		for _, in := range infos {
-			body.Locks = append(body.Locks, leaseJSON(in))
+		name, err := nameIn(r, semaphores)
+		var permits int
+		if err == nil {
+			permits, err = permitsQuery(r.URL.RawQuery)
 		}
-		writeJSON(w, http.StatusOK, body)
+		if err != nil {
+			writeError(w, log, err)
+			return
+		}
+		st, err := sems.Inspect(r.Context(), name, permits)
+		if err != nil {
+			writeError(w, log, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, semaphoreJSON(st))
+	})
+}
+
+// handleList lists this sidecar's live leases of one kind, without tokens.
+func handleList(field string, list func() []lease.Info) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		infos := list()
+		bodies := make([]leaseBody, 0, len(infos))
+		for _, in := range infos {
+			bodies = append(bodies, leaseJSON(in))
+		}
+		writeJSON(w, http.StatusOK, map[string][]leaseBody{field: bodies})
 	})
 }
 
@@ -107,7 +135,7 @@ func handleList(leases *lease.Manager) http.Handler {
 // or the answer cannot be delivered: a lock must not stay held for a caller
 // that never learned its token. (A client that vanished without the kernel
 // telling the server yet is caught only by its lease ttl.)
-func deliverGrant(w http.ResponseWriter, r *http.Request, leases *lease.Manager, info lease.Info) {
+func deliverGrant(w http.ResponseWriter, r *http.Request, leases leaseAPI, info lease.Info) {
 	release := func() { _ = leases.Release(context.WithoutCancel(r.Context()), info.Name, info.Token) }
 	if r.Context().Err() != nil {
 		release()

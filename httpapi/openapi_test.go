@@ -25,7 +25,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	log := slog.New(slog.DiscardHandler)
 	lockAPI, admin := chi.NewRouter(), chi.NewRouter()
-	addLockRoutes(lockAPI, log, nil, nil, options{})
+	addLockRoutes(lockAPI, log, nil, nil, nil, options{})
 	addAdminRoutes(admin, log, nil, http.NotFoundHandler())
 	var served []string
 	for _, r := range []chi.Router{lockAPI, admin} {
@@ -45,8 +45,9 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			}
 		}
 	}
-	// GET /locks/* also serves the event stream by its reserved suffix.
-	served = append(served, "get /locks/{name}/events")
+	// GET /locks/* and /semaphores/* also serve the event stream by its
+	// reserved suffix.
+	served = append(served, "get /locks/{name}/events", "get /semaphores/{name}/events")
 	slices.Sort(served)
 	slices.Sort(documented)
 	if !slices.Equal(served, documented) {

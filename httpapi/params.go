@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,37 @@ type lockParams struct {
 	Token   *string       `json:"token"`
 	Hold    *jsonBool     `json:"hold"`
 	MaxHold *durationText `json:"max_hold"`
+	Permits *intText      `json:"permits"`
+}
+
+// intText is an integer parameter as sent: the text of a query value, of
+// a JSON number or of a JSON string, parsed by permitsValue.
+type intText string
+
+func (n *intText) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && (data[0] == '-' || '0' <= data[0] && data[0] <= '9') {
+		*n = intText(data)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return errors.New("permits must be an integer")
+	}
+	*n = intText(s)
+	return nil
+}
+
+// maxPermitsDigits bounds the text of permits, well above MaxPermits's.
+const maxPermitsDigits = 4
+
+// permitsValue parses permits: 1 to maxPermitsDigits decimal digits (the
+// Manager checks the range, with the same code).
+func permitsValue(v intText) (int, error) {
+	if !allDigits(string(v), 1, maxPermitsDigits) {
+		return 0, badRequest(codeInvalidPermits, "permits must be an integer within [1, %d], got %q", lease.MaxPermits, truncate(string(v)))
+	}
+	n, _ := strconv.Atoi(string(v))
+	return n, nil
 }
 
 // jsonBool is a boolean parameter: JSON true/false, or in the query (and
@@ -75,9 +107,6 @@ func (d *durationText) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// lockPathPrefix begins every path that names a lock (routes.go).
-const lockPathPrefix = "/locks/"
-
 // tokenHeader carries the lease token (preferred: it stays out of URLs and
 // access logs).
 const tokenHeader = "Lock-Token"
@@ -89,7 +118,8 @@ const idempotencyHeader = "Idempotency-Key"
 // tokenLen is the length of a token: 128 random bits in hex.
 const tokenLen = 32
 
-// lockName reads and validates the name from the path as the client
+// nameIn reads and validates the name from the path after prefix (one
+// kind's, see kinds.go) as the client
 // escaped it, decoded here once and validated after decoding: a '/' that
 // a client escaped as %2F (as OpenAPI-generated clients escape a path
 // parameter) is the same lock, "orders%2F42" being "orders/42", while a
@@ -97,8 +127,8 @@ const tokenLen = 32
 // escaped dot segments ("%2E%2E"). (The router's own parameter cannot
 // tell those two apart: net/url keeps the escaped form only when it
 // differs from the default one.)
-func lockName(r *http.Request) (string, error) {
-	raw := strings.TrimPrefix(r.URL.EscapedPath(), lockPathPrefix)
+func nameIn(r *http.Request, prefix string) (string, error) {
+	raw := strings.TrimPrefix(r.URL.EscapedPath(), prefix)
 	if r.Method == http.MethodGet {
 		raw = strings.TrimSuffix(raw, eventsSuffix)
 	}
@@ -150,13 +180,13 @@ func bodyParams(r *http.Request) (lockParams, error) {
 	return p, nil
 }
 
-const bodyShape = "the body must be a JSON object with fields ttl, wait, max_hold (durations: strings such as \"1m30s\" or numbers of seconds), owner, token (strings) and hold (boolean)"
+const bodyShape = "the body must be a JSON object with fields ttl, wait, max_hold (durations: strings such as \"1m30s\" or numbers of seconds), owner, token (strings), hold (boolean) and, for a semaphore, permits (integer)"
 
 // bodyFields are the exact names a body may use. encoding/json matches
 // names case-insensitively and lets a repeated name win silently
 // ({"ttl":"2s","ttl":"3600s"} took an hour), so the names are checked
 // here first: a body means one thing to every reader or is refused.
-var bodyFields = map[string]bool{"ttl": true, "wait": true, "owner": true, "token": true, "hold": true, "max_hold": true}
+var bodyFields = map[string]bool{"ttl": true, "wait": true, "owner": true, "token": true, "hold": true, "max_hold": true, "permits": true}
 
 // strictObject accepts exactly one JSON object whose names are known,
 // exact-case and not repeated (null, arrays and trailing data refused).
@@ -174,7 +204,7 @@ func strictObject(raw []byte) error {
 		name, _ := tok.(string)
 		switch {
 		case !bodyFields[name]:
-			return badRequest(codeInvalidBody, "unknown field %q in the body (known, lowercase: ttl, wait, owner, token, hold, max_hold)", truncate(name))
+			return badRequest(codeInvalidBody, "unknown field %q in the body (known, lowercase: ttl, wait, owner, token, hold, max_hold, permits)", truncate(name))
 		case seen[name]:
 			return badRequest(codeInvalidBody, "field %q is given more than once in the body", name)
 		}
@@ -231,8 +261,10 @@ func queryParams(rawQuery string) (lockParams, error) {
 			p.Owner = &v
 		case "token":
 			p.Token = &v
+		case "permits":
+			p.Permits = (*intText)(&v)
 		default:
-			return p, badRequest(codeInvalidQuery, "unknown parameter %q (known: ttl, wait, owner, token, hold, max_hold)", truncate(key))
+			return p, badRequest(codeInvalidQuery, "unknown parameter %q (known: ttl, wait, owner, token, hold, max_hold, permits)", truncate(key))
 		}
 	}
 	return p, nil
@@ -247,6 +279,7 @@ func merge(a, b lockParams) (lockParams, error) {
 	out.MaxHold, errs = pick("max_hold", a.MaxHold, b.MaxHold, errs)
 	out.Hold, errs = pick("hold", a.Hold, b.Hold, errs)
 	out.Token, errs = pick("token", a.Token, b.Token, errs)
+	out.Permits, errs = pick("permits", a.Permits, b.Permits, errs)
 	if len(errs) > 0 {
 		return out, errs[0]
 	}
@@ -380,9 +413,9 @@ func wellFormedToken(tok string) bool {
 
 func isLowerHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
 
-// acquireRequest builds the lease request of a POST.
-func acquireRequest(r *http.Request) (lease.Request, error) {
-	name, err := lockName(r)
+// acquireRequest builds the lease request of a POST of kind k.
+func acquireRequest(r *http.Request, k kind) (lease.Request, error) {
+	name, err := nameIn(r, k.prefix)
 	if err != nil {
 		return lease.Request{}, err
 	}
@@ -398,6 +431,9 @@ func acquireRequest(r *http.Request) (lease.Request, error) {
 		return lease.Request{}, badRequest(codeInvalidRequest, "the %s header is given more than once", idempotencyHeader)
 	}
 	req := lease.Request{Name: name}
+	if req.Permits, err = permitsParam(k, p.Permits); err != nil {
+		return req, err
+	}
 	if len(keys) == 1 {
 		req.IdempotencyKey = keys[0]
 	}
@@ -424,9 +460,9 @@ type tokenRequest struct {
 	ttl   time.Duration
 }
 
-func readTokenRequest(r *http.Request, allowTTL bool) (tokenRequest, error) {
+func readTokenRequest(r *http.Request, k kind, allowTTL bool) (tokenRequest, error) {
 	var tr tokenRequest
-	name, err := lockName(r)
+	name, err := nameIn(r, k.prefix)
 	if err != nil {
 		return tr, err
 	}
@@ -434,7 +470,7 @@ func readTokenRequest(r *http.Request, allowTTL bool) (tokenRequest, error) {
 	if err != nil {
 		return tr, err
 	}
-	if p.Wait != nil || p.Owner != nil || p.Hold != nil || p.MaxHold != nil || (p.TTL != nil && !allowTTL) {
+	if p.Wait != nil || p.Owner != nil || p.Hold != nil || p.MaxHold != nil || p.Permits != nil || (p.TTL != nil && !allowTTL) {
 		return tr, badRequest(codeInvalidRequest, "only token%s may be given here", map[bool]string{true: " and ttl", false: ""}[allowTTL])
 	}
 	tr.name = name
@@ -443,4 +479,64 @@ func readTokenRequest(r *http.Request, allowTTL bool) (tokenRequest, error) {
 	}
 	tr.ttl, err = duration(lease.ParamTTL, p.TTL)
 	return tr, err
+}
+
+// permitsParam is an acquisition's permits: required for a semaphore,
+// refused for a lock.
+func permitsParam(k kind, v *intText) (int, error) {
+	switch {
+	case !k.permits && v != nil:
+		return 0, badRequest(codeInvalidPermits, "a lock has one holder; permits applies to %s{name}", semaphores)
+	case k.permits && v == nil:
+		return 0, badRequest(codeInvalidPermits, "permits is required: an integer within [1, %d]", lease.MaxPermits)
+	case v == nil:
+		return 0, nil
+	}
+	return permitsValue(*v)
+}
+
+// inspectQuery reads the query of a GET that inspects: only the names in
+// allowed, each at most once.
+func inspectQuery(rawQuery string, allowed ...string) (url.Values, error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return nil, badRequest(codeInvalidQuery, "malformed query string: %v", err)
+	}
+	for key, values := range q {
+		if !slices.Contains(allowed, key) {
+			return nil, badRequest(codeInvalidQuery, "unknown parameter %q (known here: %s)", truncate(key), strings.Join(allowed, ", "))
+		}
+		if len(values) != 1 {
+			return nil, badRequest(codeInvalidQuery, "parameter %q is given more than once", key)
+		}
+	}
+	return q, nil
+}
+
+// watchParam reads a lock inspection's query: nothing, or watch=true to
+// stream the holder.
+func watchParam(rawQuery string) (bool, error) {
+	q, err := inspectQuery(rawQuery, "watch")
+	if err != nil || !q.Has("watch") {
+		return false, err
+	}
+	switch q.Get("watch") {
+	case "true", "1":
+		return true, nil
+	case "false", "0":
+		return false, nil
+	}
+	return false, badRequest(codeInvalidWatch, "watch must be true or false, got %q", truncate(q.Get("watch")))
+}
+
+// permitsQuery reads a semaphore inspection's query: permits, required.
+func permitsQuery(rawQuery string) (int, error) {
+	q, err := inspectQuery(rawQuery, "permits")
+	if err != nil {
+		return 0, err
+	}
+	if !q.Has("permits") {
+		return 0, badRequest(codeInvalidPermits, "permits is required: the masters know slots, not how many there are")
+	}
+	return permitsValue(intText(q.Get("permits")))
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sidelock/sidelock/internal/health"
 	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/watch"
 )
 
 // MaxBodyBytes caps every request body.
@@ -33,7 +34,15 @@ type Option func(*options)
 type options struct {
 	apiToken  string
 	ambiguous func(remoteAddr string) bool
+	watches   *watch.Hub
 }
+
+// WithWatches serves lock watches (GET /locks/{name}?watch=true) from
+// hub, which the caller closes at shutdown to end the streams. Without
+// it, NewServer makes a Hub of its own over the Manager, which learns of
+// the Manager's own leases by the masters' announcements and its poll
+// only, and whose streams end only with their readers (tests only).
+func WithWatches(hub *watch.Hub) Option { return func(o *options) { o.watches = hub } }
 
 // WithAPIToken makes every request carry "Authorization: Bearer <token>"
 // (see RequireToken); refusals are counted like every other answer.
@@ -53,8 +62,11 @@ func NewServer(log *slog.Logger, leases *lease.Manager, obs RequestObserver, opt
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.watches == nil {
+		o.watches = watch.New(watch.Config{Source: leases})
+	}
 	r := chi.NewRouter()
-	addLockRoutes(r, log, leases, obs, o)
+	addLockRoutes(r, log, leases, o.watches, obs, o)
 	return r
 }
 

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"go/types"
 	"maps"
 	"os"
 	"reflect"
@@ -116,9 +117,10 @@ func TestProblemTypeIsOnePerCode(t *testing.T) {
 
 // The event names each stream documents in x-sse-events are the ones the
 // code sends: acquired (hold streams only), every lease event kind but
-// the end, and released or lost for the end (endEvent); and the reasons
+// the end, and released or lost for the end (endEvent), alike for locks
+// and semaphores; every watch.Kind on a lock's watch stream. The reasons
 // of the ended events are every lease.EndReason plus the one of a hold
-// that ended unseen.
+// that ended unseen, and those of a watch's released every watch.Reason.
 func TestStreamEventsMatchTheSpec(t *testing.T) {
 	src := loadTypedSource(t)
 	leasePkg := importedPackage(t, src.pkg, "github.com/sidelock/sidelock/internal/lease")
@@ -136,6 +138,8 @@ func TestStreamEventsMatchTheSpec(t *testing.T) {
 	streamed = append(streamed, slices.Collect(maps.Keys(ends))...)
 	slices.Sort(streamed)
 	held := slices.Sorted(slices.Values(append([]string{"acquired"}, streamed...)))
+	watchPkg := importedPackage(t, src.pkg, "github.com/sidelock/sidelock/internal/watch")
+	watched := slices.Sorted(maps.Values(constantsOf(watchPkg, "Kind")))
 
 	spec := loadSpec(t)
 	for _, c := range []struct {
@@ -144,6 +148,9 @@ func TestStreamEventsMatchTheSpec(t *testing.T) {
 	}{
 		{"/locks/{name}", "post", "200", held},
 		{"/locks/{name}/events", "get", "200", streamed},
+		{"/semaphores/{name}", "post", "200", held},
+		{"/semaphores/{name}/events", "get", "200", streamed},
+		{"/locks/{name}", "get", "200", watched},
 	} {
 		media := spec.at(t, "paths", c.path, c.method, "responses", c.status, "content", "text/event-stream")
 		events, _ := media["x-sse-events"].(map[string]any)
@@ -156,6 +163,24 @@ func TestStreamEventsMatchTheSpec(t *testing.T) {
 	if !slices.Equal(gotReasons, wantReasons) {
 		t.Errorf("EndedEvent reasons %v, the code sends %v", gotReasons, wantReasons)
 	}
+	gotWatchReasons := stringsOf(t, spec.at(t, "components", "schemas", "WatchEvent", "properties", "reason")["enum"])
+	if want := constantsNamed(watchPkg, "Reason"); !slices.Equal(gotWatchReasons, want) {
+		t.Errorf("WatchEvent reasons %v, the code sends %v", gotWatchReasons, want)
+	}
+}
+
+// constantsNamed is the sorted values of pkg's string constants whose
+// names start with prefix (for untyped ones, which constantsOf cannot
+// find by type).
+func constantsNamed(pkg *types.Package, prefix string) []string {
+	var out []string
+	for _, name := range pkg.Scope().Names() {
+		if c, ok := pkg.Scope().Lookup(name).(*types.Const); ok && strings.HasPrefix(name, prefix) && c.Exported() {
+			out = append(out, constantString(c))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // The spec's schemas name exactly the members the Go types encode, and
@@ -164,15 +189,18 @@ func TestStreamEventsMatchTheSpec(t *testing.T) {
 func TestSchemasMatchTheGoTypes(t *testing.T) {
 	spec := loadSpec(t)
 	for name, v := range map[string]any{
-		"Lease":         leaseBody{},
-		"Status":        statusBody{},
-		"Problem":       problem{},
-		"ValidityEvent": renewedData{},
-		"EndedEvent":    endedData{},
-		"Readiness":     health.Report{},
-		"MasterState":   health.NodeState{},
-		"GroupState":    health.GroupState{},
-		"GuardEvents":   health.GuardEvents{},
+		"Lease":           leaseBody{},
+		"Status":          statusBody{},
+		"SemaphoreStatus": semaphoreBody{},
+		"Holder":          holderBody{},
+		"WatchEvent":      watchBody{},
+		"Problem":         problem{},
+		"ValidityEvent":   renewedData{},
+		"EndedEvent":      endedData{},
+		"Readiness":       health.Report{},
+		"MasterState":     health.NodeState{},
+		"GroupState":      health.GroupState{},
+		"GuardEvents":     health.GuardEvents{},
 	} {
 		schema := spec.at(t, "components", "schemas", name)
 		props := slices.Sorted(maps.Keys(spec.at(t, "components", "schemas", name, "properties")))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/watch"
 )
 
 // Server-sent events: a held lock (POST ?hold=true) and a lease's event
@@ -149,7 +150,7 @@ func endEvent(r lease.EndReason) string {
 
 // serveHold streams a lock held for as long as this connection lives: it
 // is released on the masters as soon as the client goes away.
-func serveHold(w http.ResponseWriter, r *http.Request, leases *lease.Manager, info lease.Info) {
+func serveHold(w http.ResponseWriter, r *http.Request, leases leaseAPI, info lease.Info) {
 	defer func() { _ = leases.Release(context.WithoutCancel(r.Context()), info.Name, info.Token) }()
 	events, cancel, err := leases.Watch(info.Name, info.Token)
 	s := startSSE(w, r)
@@ -165,14 +166,14 @@ func serveHold(w http.ResponseWriter, r *http.Request, leases *lease.Manager, in
 	relay(r.Context(), s, info.Name, events)
 }
 
-func handleEvents(log *slog.Logger, leases *lease.Manager) http.Handler {
+func handleEvents(log *slog.Logger, k kind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tr, err := readTokenRequest(r, false)
+		tr, err := readTokenRequest(r, k, false)
 		if err != nil {
 			writeError(w, log, err)
 			return
 		}
-		events, cancel, err := leases.Watch(tr.name, tr.token)
+		events, cancel, err := k.api.Watch(tr.name, tr.token)
 		if errors.Is(err, lease.ErrLeaseGone) && isReconnect(r) {
 			// The lease this client followed has ended: 204 stops
 			// EventSource, where 410 would only make it report an error.
@@ -202,4 +203,28 @@ func byEventsSuffix(events, inspect http.Handler) http.Handler {
 		}
 		inspect.ServeHTTP(w, r)
 	})
+}
+
+// serveWatch streams a lock's holder to anyone (GET /locks/{name}?watch=true):
+// "state" first, then "acquired", "released" and "unavailable" as package
+// watch reports them. A reconnect (Last-Event-ID) resumes the ids and
+// starts again with the state: nothing of a lock's past is replayed.
+func serveWatch(w http.ResponseWriter, r *http.Request, log *slog.Logger, watches *watch.Hub, name string) {
+	changes, cancel, err := watches.Subscribe(name)
+	if err != nil {
+		writeError(w, log, err)
+		return
+	}
+	defer cancel()
+	s := startSSE(w, r)
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case c, ok := <-changes:
+			if !ok || s.send(string(c.Kind), watchJSON(name, c)) != nil {
+				return
+			}
+		}
+	}
 }

@@ -23,8 +23,10 @@ type Sources struct {
 	Version   string
 	LocksHeld func() int
 	Waiters   func() int
-	Health    func() health.Report
-	Masters   func() []MasterStats // per Redis master; nil when there are none
+	// WatchStreams counts the open watch streams (nil: none are served).
+	WatchStreams func() int
+	Health       func() health.Report
+	Masters      func() []MasterStats // per Redis master; nil when there are none
 }
 
 // Metrics implements lease.Observer and the HTTP request observer.
@@ -80,8 +82,16 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 	m.startAtZero()
 	reg.MustRegister(buildInfo(src.Version), m.acquire, m.wait, m.wakeups, m.renewals, m.ended, m.lost, m.overload, m.requests, m.durations, m.masters,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sidelock_locks_held", Help: "Locks currently held through this sidecar.",
+			Name: "sidelock_locks_held", Help: "Leases currently held through this sidecar: locks and semaphores' permits.",
 		}, func() float64 { return float64(src.LocksHeld()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sidelock_watch_streams", Help: "Open watch streams (GET /locks/{name}?watch=true) on this sidecar; each watched name costs a read of the masters every second.",
+		}, func() float64 {
+			if src.WatchStreams == nil {
+				return 0
+			}
+			return float64(src.WatchStreams())
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sidelock_waiters", Help: "Callers currently waiting for a lock on this sidecar.",
 		}, func() float64 { return float64(src.Waiters()) }),

@@ -54,7 +54,7 @@ sidelock_guard_events_total{guard="duplicate"} 0
 sidelock_guard_events_total{guard="not_durable"} 2
 sidelock_guard_events_total{guard="replica"} 1
 sidelock_guard_events_total{guard="restart_probation"} 3
-# HELP sidelock_locks_held Locks currently held through this sidecar.
+# HELP sidelock_locks_held Leases currently held through this sidecar: locks and semaphores' permits.
 # TYPE sidelock_locks_held gauge
 sidelock_locks_held 7
 # HELP sidelock_locks_lost_total Locks lost: a renewal or heartbeat found the lock held by another value, or no quorum before the validity ran out (sidelock_releases_total{reason="lost"}; max_hold is not counted here).
@@ -64,7 +64,7 @@ sidelock_locks_lost_total 1
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(expected), "sidelock_master_up", "sidelock_master_eligible", "sidelock_master_durable", "sidelock_guard_events_total", "sidelock_locks_held", "sidelock_locks_lost_total"); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"sidelock_quorum", "sidelock_acquire_duration_seconds", "sidelock_renewals_total", "sidelock_waiters", "sidelock_wait_duration_seconds", "sidelock_wakeups_total", "sidelock_releases_total", "sidelock_http_requests_total", "sidelock_http_request_duration_seconds"} {
+	for _, name := range []string{"sidelock_quorum", "sidelock_acquire_duration_seconds", "sidelock_renewals_total", "sidelock_waiters", "sidelock_watch_streams", "sidelock_wait_duration_seconds", "sidelock_wakeups_total", "sidelock_releases_total", "sidelock_http_requests_total", "sidelock_http_request_duration_seconds"} {
 		if n, err := testutil.GatherAndCount(reg, name); err != nil || n == 0 {
 			t.Errorf("%s: %d series, %v", name, n, err)
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/sidelock/sidelock/internal/health"
 	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/internal/metrics"
+	"github.com/sidelock/sidelock/internal/watch"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )
@@ -46,6 +47,7 @@ type Sidecar struct {
 
 	checker *health.Checker
 	leases  *lease.Manager
+	watches *watch.Hub // followers of lock names (GET /locks/{name}?watch=true)
 	lns     listeners
 	api     *http.Server
 	admin   *http.Server
@@ -141,7 +143,8 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (_ *Sidecar, er
 	m := metrics.New(reg, metrics.Sources{
 		Version:   s.opts.version,
 		LocksHeld: func() int { return s.leases.Len() }, Waiters: func() int { return s.leases.Waiters() }, Health: s.checker.Report,
-		Masters: masterStats(s.nodes),
+		WatchStreams: func() int { return s.watches.Streams() }, // scraped once serving, after s.watches is set
+		Masters:      masterStats(s.nodes),
 	})
 	observeQueueWaits(s.nodes, m)
 	if err := s.checkMembership(ctx); err != nil {
@@ -155,15 +158,19 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (_ *Sidecar, er
 		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
 		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold, MaxLocks: cfg.MaxLocks, MaxWaiters: cfg.MaxWaiters, MaxWaitersPerName: cfg.MaxWaitersPerName,
 		NoQuorumRetry: cfg.NoQuorumRetry, QuorumUp: func() bool { return s.checker.Report().Ready }, Observer: obs, Logger: s.log,
+		// Leases start and end only once the API serves, after s.watches
+		// is set below.
+		Changed: func(name string) { s.watches.Changed(name) },
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.watches = watch.New(watch.Config{Source: s.leases})
 	if s.lns, err = listen(cfg, reg); err != nil {
 		_ = s.leases.Close(context.Background()) // holds nothing yet
 		return nil, err
 	}
-	s.api = NewHTTPServer(httpapi.NewServer(s.log, s.leases, m, httpapi.WithAPIToken(cfg.APIToken), httpapi.WithFramingCheck(s.lns.framing.Ambiguous)), s.log)
+	s.api = NewHTTPServer(httpapi.NewServer(s.log, s.leases, m, httpapi.WithAPIToken(cfg.APIToken), httpapi.WithFramingCheck(s.lns.framing.Ambiguous), httpapi.WithWatches(s.watches)), s.log)
 	s.admin = NewHTTPServer(httpapi.NewAdminServer(s.log, s.checker, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), s.log)
 	s.api.ConnState, s.admin.ConnState = s.lns.api.ConnState, s.lns.admin.ConnState // the caps shed only idle connections
 	return s, nil
@@ -299,6 +306,7 @@ func (s *Sidecar) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	held := s.leases.Len()
+	s.watches.Close()
 	err := s.leases.Close(ctx)
 	s.log.Info("shutting down", "leases_ended", held, "err", err)
 	for _, srv := range []*http.Server{s.api, s.admin} {
