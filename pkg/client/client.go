@@ -1,7 +1,8 @@
 // Package client is a small Go client of sidelock's HTTP lock API, used by
-// `sidelock exec`, the examples and the benchmarks. Applications in any
-// language can use the API with plain HTTP; this package only saves Go
-// callers the JSON and the server-sent events parsing.
+// `sidelock exec`, the examples and the benchmarks: locks, semaphores,
+// watching a lock and leader election. Applications in any language can
+// use the API with plain HTTP; this package only saves Go callers the
+// JSON and the server-sent events parsing.
 package client
 
 import (
@@ -22,9 +23,13 @@ const DefaultAddr = "http://127.0.0.1:7420"
 // Errors the API answers with; match them with errors.Is. The *Error
 // carries the details.
 var (
-	ErrLockHeld  = errors.New("lock held")
+	ErrLockHeld  = errors.New("lock held") // for a semaphore: all its permits are held
 	ErrLeaseGone = errors.New("lease gone")
 	ErrNoQuorum  = errors.New("no quorum")
+	// ErrPermitsMismatch: this sidecar has holders or waiters of the
+	// semaphore that asked for another number of permits; every caller of
+	// a semaphore must agree on it.
+	ErrPermitsMismatch = errors.New("permits mismatch")
 )
 
 // Error is an API error: its HTTP status and problem details.
@@ -46,11 +51,13 @@ func (e *Error) Is(target error) bool {
 		return e.Code == "lease_gone"
 	case ErrNoQuorum:
 		return e.Code == "no_quorum"
+	case ErrPermitsMismatch:
+		return e.Code == "permits_mismatch"
 	}
 	return false
 }
 
-// Lease is a granted lock.
+// Lease is a granted lock, or a semaphore's permit.
 type Lease struct {
 	Name           string    `json:"name"`
 	Token          string    `json:"token"`
@@ -60,6 +67,11 @@ type Lease struct {
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	ValidUntil     time.Time `json:"valid_until"`
 	Fence          int64     `json:"fence"`
+	// Permits and Slot are a semaphore permit's: the semaphore's number of
+	// permits and which of its slots (1..Permits) this lease holds. The
+	// fence orders the holders of one slot only.
+	Permits int `json:"permits,omitempty"`
+	Slot    int `json:"slot,omitempty"`
 }
 
 // Options tune an acquisition; zero values take the sidecar's defaults.
@@ -100,31 +112,56 @@ func New(base string, httpClient *http.Client) *Client {
 	return &Client{base: strings.TrimRight(base, "/"), http: httpClient}
 }
 
+// keyspace is where names live in the API: the lock "x" and the
+// semaphore "x" are unrelated. Every request of both goes through do
+// with one of them.
+type keyspace string
+
+const (
+	locks      keyspace = "/locks/"
+	semaphores keyspace = "/semaphores/"
+)
+
+// path is name's resource in the keyspace.
+func (k keyspace) path(name string) string { return string(k) + lockPath(name) }
+
 // Acquire takes a lock, waiting up to opts.Wait while it is held.
 func (c *Client) Acquire(ctx context.Context, name string, opts Options) (Lease, error) {
-	res, err := c.do(ctx, http.MethodPost, name, opts.query(false), "", opts.IdempotencyKey)
-	if err != nil {
-		return Lease{}, err
-	}
-	return decodeLease(res)
+	return c.acquire(ctx, locks.path(name), opts.query(false), opts.IdempotencyKey)
 }
 
 // Extend is the heartbeat: it pushes the lease out (by ttl when non-zero).
 func (c *Client) Extend(ctx context.Context, name, token string, ttl time.Duration) (Lease, error) {
-	q := url.Values{}
-	if ttl > 0 {
-		q.Set("ttl", ttl.String())
-	}
-	res, err := c.do(ctx, http.MethodPut, name, q, token, "")
+	return c.extend(ctx, locks.path(name), token, ttl)
+}
+
+// Release gives the lock up.
+func (c *Client) Release(ctx context.Context, name, token string) error {
+	return c.release(ctx, locks.path(name), token)
+}
+
+func (c *Client) acquire(ctx context.Context, path string, q url.Values, idempotencyKey string) (Lease, error) {
+	res, err := c.do(ctx, http.MethodPost, path, q, "", idempotencyKey)
 	if err != nil {
 		return Lease{}, err
 	}
 	return decodeLease(res)
 }
 
-// Release gives the lock up.
-func (c *Client) Release(ctx context.Context, name, token string) error {
-	res, err := c.do(ctx, http.MethodDelete, name, nil, token, "")
+func (c *Client) extend(ctx context.Context, path, token string, ttl time.Duration) (Lease, error) {
+	q := url.Values{}
+	if ttl > 0 {
+		q.Set("ttl", ttl.String())
+	}
+	res, err := c.do(ctx, http.MethodPut, path, q, token, "")
+	if err != nil {
+		return Lease{}, err
+	}
+	return decodeLease(res)
+}
+
+func (c *Client) release(ctx context.Context, path, token string) error {
+	res, err := c.do(ctx, http.MethodDelete, path, nil, token, "")
 	if err != nil {
 		return err
 	}
@@ -142,16 +179,23 @@ type Status struct {
 
 // Inspect asks the masters who holds name, if anyone.
 func (c *Client) Inspect(ctx context.Context, name string) (Status, error) {
-	res, err := c.do(ctx, http.MethodGet, name, nil, "", "")
+	var st Status
+	err := c.getJSON(ctx, locks.path(name), nil, "the lock's status", &st)
+	return st, err
+}
+
+// getJSON GETs path and decodes its JSON answer into v; what names the
+// answer in a decoding error.
+func (c *Client) getJSON(ctx context.Context, path string, q url.Values, what string, v any) error {
+	res, err := c.do(ctx, http.MethodGet, path, q, "", "")
 	if err != nil {
-		return Status{}, err
+		return err
 	}
 	defer res.Body.Close()
-	var st Status
-	if err := json.NewDecoder(res.Body).Decode(&st); err != nil {
-		return Status{}, fmt.Errorf("sidelock: decoding the lock's status: %w", err)
+	if err := json.NewDecoder(res.Body).Decode(v); err != nil {
+		return fmt.Errorf("sidelock: decoding %s: %w", what, err)
 	}
-	return st, nil
+	return nil
 }
 
 func (o Options) query(hold bool) url.Values {
@@ -170,9 +214,15 @@ func (o Options) query(hold bool) url.Values {
 	return q
 }
 
-// do sends a request and turns a non-2xx answer into an *Error.
-func (c *Client) do(ctx context.Context, method, name string, q url.Values, token, idempotencyKey string) (*http.Response, error) {
-	u := c.base + "/locks/" + lockPath(name)
+// do sends a request to path (a keyspace's path of a name) and turns a
+// non-2xx answer into an *Error.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, token, idempotencyKey string) (*http.Response, error) {
+	return c.send(ctx, method, path, q, http.Header{"Lock-Token": nonEmpty(token), "Idempotency-Key": nonEmpty(idempotencyKey)})
+}
+
+// send is do with any headers (an empty list sends none).
+func (c *Client) send(ctx context.Context, method, path string, q url.Values, header http.Header) (*http.Response, error) {
+	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -180,14 +230,13 @@ func (c *Client) do(ctx context.Context, method, name string, q url.Values, toke
 	if err != nil {
 		return nil, err
 	}
-	if token != "" {
-		req.Header.Set("Lock-Token", token)
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
 	}
 	if c.bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+c.bearer)
-	}
-	if idempotencyKey != "" {
-		req.Header.Set("Idempotency-Key", idempotencyKey)
 	}
 	res, err := c.http.Do(req)
 	if err != nil {
@@ -198,6 +247,13 @@ func (c *Client) do(ctx context.Context, method, name string, q url.Values, toke
 		return nil, decodeError(res)
 	}
 	return res, nil
+}
+
+func nonEmpty(v string) []string {
+	if v == "" {
+		return nil
+	}
+	return []string{v}
 }
 
 // lockPath escapes each '/'-separated segment of a lock name on its own:

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -39,13 +41,18 @@ type Held struct {
 // sidecar renews the lock while it is open and releases it the moment it
 // closes, whether by Release, process exit or a crash.
 func (c *Client) Hold(ctx context.Context, name string, opts Options) (*Held, error) {
+	return c.hold(ctx, locks.path(name), opts.query(true), opts.IdempotencyKey)
+}
+
+// hold is Hold of the resource at path, with the query q (hold=true).
+func (c *Client) hold(ctx context.Context, path string, q url.Values, idempotencyKey string) (*Held, error) {
 	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel) // until acquired, ctx bounds the wait
 	var conn net.Conn
 	traced := httptrace.WithClientTrace(streamCtx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) { conn = info.Conn },
 	})
-	res, err := c.do(traced, http.MethodPost, name, opts.query(true), "", opts.IdempotencyKey)
+	res, err := c.do(traced, http.MethodPost, path, q, "", idempotencyKey)
 	if err != nil {
 		stop()
 		cancel()
@@ -53,13 +60,13 @@ func (c *Client) Hold(ctx context.Context, name string, opts Options) (*Held, er
 	}
 	h := &Held{events: make(chan Event, 16), cancel: cancel, done: make(chan struct{}), conn: conn}
 	sc := bufio.NewScanner(res.Body)
-	kind, data, err := nextEvent(sc)
+	first, err := nextEvent(sc)
 	stop()
-	if err == nil && kind != "acquired" {
-		err = fmt.Errorf("sidelock: first event %q, want acquired", kind)
+	if err == nil && first.kind != "acquired" {
+		err = fmt.Errorf("sidelock: first event %q, want acquired", first.kind)
 	}
 	if err == nil {
-		err = json.Unmarshal([]byte(data), &h.Lease)
+		err = json.Unmarshal([]byte(first.data), &h.Lease)
 	}
 	if err != nil {
 		res.Body.Close()
@@ -105,7 +112,7 @@ func (h *Held) read(res *http.Response, sc *bufio.Scanner) {
 	defer close(h.events)
 	defer res.Body.Close()
 	for {
-		kind, data, err := nextEvent(sc)
+		ev, err := nextEvent(sc)
 		if err != nil {
 			return
 		}
@@ -113,9 +120,9 @@ func (h *Held) read(res *http.Response, sc *bufio.Scanner) {
 			ValidUntil time.Time `json:"valid_until"`
 			Reason     string    `json:"reason"`
 		}
-		_ = json.Unmarshal([]byte(data), &payload)
-		e := Event{Kind: kind, ValidUntil: payload.ValidUntil, Reason: payload.Reason}
-		final := kind == "released" || kind == "lost"
+		_ = json.Unmarshal([]byte(ev.data), &payload)
+		e := Event{Kind: ev.kind, ValidUntil: payload.ValidUntil, Reason: payload.Reason}
+		final := ev.kind == "released" || ev.kind == "lost"
 		if final {
 			h.mu.Lock()
 			h.last = e
@@ -133,24 +140,43 @@ func (h *Held) read(res *http.Response, sc *bufio.Scanner) {
 
 var errStreamEnded = errors.New("sidelock: event stream ended")
 
-// nextEvent reads one event's name and data, skipping comments.
-func nextEvent(sc *bufio.Scanner) (kind, data string, err error) {
+// sseEvent is one server-sent event.
+type sseEvent struct {
+	kind, data string
+	id         string // its id: field, if any: a reconnect's Last-Event-ID
+	// retry is the reconnection delay of a retry: field read since the
+	// previous event, when hasRetry.
+	retry    time.Duration
+	hasRetry bool
+}
+
+// nextEvent reads one event's name, data and id, skipping comments and
+// keeping a retry: field (a block of its own when a stream opens) for the
+// event that follows it.
+func nextEvent(sc *bufio.Scanner) (sseEvent, error) {
+	var e sseEvent
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
 		case line == "":
-			if kind != "" {
-				return kind, data, nil
+			if e.kind != "" {
+				return e, nil
 			}
 		case strings.HasPrefix(line, ":"):
 		case strings.HasPrefix(line, "event: "):
-			kind = strings.TrimPrefix(line, "event: ")
+			e.kind = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
-			data += strings.TrimPrefix(line, "data: ")
+			e.data += strings.TrimPrefix(line, "data: ")
+		case strings.HasPrefix(line, "id: "):
+			e.id = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "retry: "):
+			if ms, err := strconv.Atoi(strings.TrimPrefix(line, "retry: ")); err == nil && ms >= 0 {
+				e.retry, e.hasRetry = time.Duration(ms)*time.Millisecond, true
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return "", "", err
+		return sseEvent{}, err
 	}
-	return "", "", errStreamEnded
+	return sseEvent{}, errStreamEnded
 }
