@@ -95,17 +95,21 @@ func verbs() []verb {
 			about: "Runs the sidecar: the lock API on SIDELOCK_LISTEN_ADDR and /healthz, /readyz and /metrics on\n" +
 				"SIDELOCK_ADMIN_ADDR, over the Redis masters in SIDELOCK_REDIS_ADDRS, until SIGINT or SIGTERM.\n" +
 				"It is configured by the environment (below; docs/configuration.md has the same table)."},
-		{name: "exec", args: "NAME -- COMMAND [ARGS...]", summary: "run a command while holding a lock", run: runExec,
+		{name: "exec", args: "NAME -- COMMAND [ARGS...]", summary: "run a command while holding a lock, a semaphore's permit or the leadership", run: runExec,
 			about: "Runs COMMAND while holding the lock NAME through the local sidecar, with SIDELOCK_LOCK_NAME,\n" +
 				"SIDELOCK_TOKEN and SIDELOCK_FENCE in its environment. The lock is released only once the\n" +
 				"command and every process it started in its group are dead. If the lock is lost, the command\n" +
-				"gets SIGTERM, then SIGKILL after --grace or just before the lock's valid_until.",
+				"gets SIGTERM, then SIGKILL after --grace or just before the lock's valid_until.\n" +
+				"With --permits N it holds one of the N permits of the semaphore NAME instead (SIDELOCK_SLOT\n" +
+				"says which slot; the fence orders that slot's holders). With --leader it campaigns for the\n" +
+				"lock NAME, waiting as long as it takes, and runs COMMAND once elected: the owner (--owner,\n" +
+				"default the hostname) names the leader, the fence is its term.",
 			exits: []exitRow{
 				{"the command's", "the command ran holding the lock (128+n if signal n ended it)"},
-				{fmt.Sprint(exitNotAcquired), "the lock was not acquired within --wait (or a signal came first)"},
+				{fmt.Sprint(exitNotAcquired), "the lock (a permit) was not acquired within --wait, or a signal came first"},
 				{fmt.Sprint(exitLockLost), "the lock ended while the command ran; the command was stopped"},
 				{fmt.Sprint(exitUnavailable), "the sidecar could not be reached or refused the request"},
-				{fmt.Sprint(exitUsage), "usage error (unknown flag, missing or invalid NAME, a value the sidecar refused)"},
+				{fmt.Sprint(exitUsage), "usage error (unknown flag, missing or invalid NAME, a value the sidecar refused, permits mismatch)"},
 				{fmt.Sprintf("%d / %d", exitCannotRun, exitNotFound), "the command could not be run / was not found"},
 			}},
 		{name: "lock", args: "NAME", summary: "hold a lock until interrupted", run: runLock,
@@ -128,6 +132,18 @@ func verbs() []verb {
 				{fmt.Sprint(exitNo), "not ready; with NAME: the lock is free"},
 				{fmt.Sprint(exitUnavailable), "the sidecar could not be reached or could not answer (no quorum)"},
 				{fmt.Sprint(exitUsage), "usage error (unknown flag, invalid NAME)"},
+			}},
+		{name: "watch", args: "NAME", summary: "print a lock's changes (who holds it, who leads) as they happen", run: runWatch,
+			about: "Follows the lock NAME through the local sidecar (GET /locks/NAME?watch=true, no token) and\n" +
+				"prints one JSON line per change on stdout: event (state, acquired, released, unavailable),\n" +
+				"name, held, owner, fence, valid_until, since (when the sidecar first saw this holder), reason\n" +
+				"(released: released or expired) and detail (unavailable). The first line is the state; a\n" +
+				"broken stream is reconnected (an unavailable line, then the state again). It runs until\n" +
+				"SIGINT or SIGTERM; with --once it prints the current state and exits.",
+			exits: []exitRow{
+				{"0", "ended by SIGINT or SIGTERM; with --once: the state was printed"},
+				{fmt.Sprint(exitUnavailable), "the sidecar could not be reached or refused the watch; with --once: it could not read the masters"},
+				{fmt.Sprint(exitUsage), "usage error (unknown flag, missing or invalid NAME)"},
 			}},
 		{name: "version", summary: "print the version, the Go version and the platform", run: runVersion,
 			about: "Prints one line: sidelock VERSION GOVERSION OS/ARCH."},
@@ -173,6 +189,13 @@ func parseFlags(fs *flag.FlagSet, verbName string, args []string, stdout io.Writ
 		return usageError(verbName, "%s: %v", verbName, err)
 	}
 	return nil
+}
+
+// isSet says whether the command line set the flag name.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // checkName refuses a lock name before any request: the sidecar would

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/pkg/client"
 )
 
@@ -19,6 +20,8 @@ type execOptions struct {
 	sidecar sidecarFlags
 	opts    client.Options
 	grace   time.Duration
+	permits int  // > 0: hold one of the semaphore NAME's permits instead of the lock
+	leader  bool // campaign for the lock NAME until elected
 	name    string
 	argv    []string
 }
@@ -29,7 +32,12 @@ func parseExec(args []string, getenv func(string) string, stdout io.Writer) (exe
 	o.sidecar.addAPI(fs, getenv)
 	addAcquireFlags(fs, &o.opts)
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on an expiring or lost lock, wait at most this long before SIGKILL (never past the lock's valid_until)")
+	fs.IntVar(&o.permits, "permits", 0, "hold one of `N` permits of the semaphore NAME instead of the lock NAME (1..64; every caller must give the same N)")
+	fs.BoolVar(&o.leader, "leader", false, "leader election: campaign for the lock NAME until elected, however long it takes (no --wait), then run the command as its leader")
 	if err := parseFlags(fs, "exec", args, stdout); err != nil {
+		return o, err
+	}
+	if err := checkExecMode(o, isSet(fs, "permits")); err != nil {
 		return o, err
 	}
 	rest := fs.Args()
@@ -44,6 +52,20 @@ func parseExec(args []string, getenv func(string) string, stdout io.Writer) (exe
 	return o, nil
 }
 
+// checkExecMode refuses --permits and --leader where they mean nothing:
+// a leader is a lock's holder, and a campaign waits as long as it takes.
+func checkExecMode(o execOptions, permitsSet bool) error {
+	switch {
+	case permitsSet && (o.permits < 1 || o.permits > lease.MaxPermits):
+		return usageError("exec", "--permits %d: a semaphore has 1 to %d permits", o.permits, lease.MaxPermits)
+	case o.leader && o.permits > 0:
+		return usageError("exec", "--leader and --permits exclude each other: a leader holds a lock")
+	case o.leader && o.opts.Wait != 0:
+		return usageError("exec", "--leader waits until elected: no --wait (bound it with a signal, e.g. timeout(1))")
+	}
+	return nil
+}
+
 // runExec holds the lock for as long as the command runs. The command
 // runs under a guard process (see exec_guard.go) that shares the lock's
 // connection, so that the lock outlives exec, however exec ends, until
@@ -53,9 +75,9 @@ func runExec(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	held, err := o.sidecar.client(getenv).Hold(ctx, o.name, o.opts)
+	held, err := o.acquire(ctx, o.sidecar.client(getenv))
 	if err != nil {
-		return acquireFailed(ctx, "exec", o.name, o.opts, o.sidecar.api, err)
+		return o.acquireFailed(ctx, err)
 	}
 	defer held.Release()
 	holdConn, err := dupForChild(held.Conn())
@@ -76,12 +98,47 @@ func runExec(ctx context.Context, args []string, getenv func(string) string, std
 	return superviseCommand(group, signals, held, o.grace, stderr)
 }
 
-// commandEnv is exec's environment and the lock's name, token and fence.
+// acquire holds what the command runs under, over one connection: the
+// lock, a semaphore's permit, or the lock once elected its leader.
+func (o execOptions) acquire(ctx context.Context, c *client.Client) (*client.Held, error) {
+	switch {
+	case o.leader:
+		return c.Campaign(ctx, o.name, o.opts)
+	case o.permits > 0:
+		return c.HoldSemaphore(ctx, o.name, o.permits, o.opts)
+	default:
+		return c.Hold(ctx, o.name, o.opts)
+	}
+}
+
+// acquireFailed is acquireFailed with a semaphore's words: all of its
+// permits held (75), or callers that disagree on their number (64).
+func (o execOptions) acquireFailed(ctx context.Context, err error) error {
+	switch {
+	case o.permits == 0 || ctx.Err() != nil:
+		return acquireFailed(ctx, "exec", o.name, o.opts, o.sidecar.api, err)
+	case errors.Is(err, client.ErrPermitsMismatch):
+		return usageError("exec", "semaphore %q is held or awaited on this sidecar with another number of permits than %d", o.name, o.permits)
+	case errors.Is(err, client.ErrLockHeld) && o.opts.Wait == 0:
+		return exitWith(exitNotAcquired, "all %d permits of semaphore %q are held (try once: no --wait)", o.permits, o.name)
+	case errors.Is(err, client.ErrLockHeld):
+		return exitWith(exitNotAcquired, "no permit of semaphore %q within --wait %v", o.name, o.opts.Wait)
+	default:
+		return acquireFailed(ctx, "exec", o.name, o.opts, o.sidecar.api, err)
+	}
+}
+
+// commandEnv is exec's environment and the lock's name, token and fence,
+// and for a semaphore's permit its slot.
 func commandEnv(l client.Lease) []string {
-	return append(os.Environ(),
+	env := append(os.Environ(),
 		"SIDELOCK_LOCK_NAME="+l.Name,
 		"SIDELOCK_TOKEN="+l.Token,
 		"SIDELOCK_FENCE="+strconv.FormatInt(l.Fence, 10))
+	if l.Slot > 0 {
+		env = append(env, "SIDELOCK_SLOT="+strconv.Itoa(l.Slot))
+	}
+	return env
 }
 
 // commandGroup is the guard's process group, which the command and all it
