@@ -1,8 +1,10 @@
 //go:build linux
 
 // Package clients_test runs the official Python and Node clients' own
-// tests, and every snippet of docs/clients.md, against a real sidecar: the
-// binary built from this tree, over three real redis-server masters.
+// tests, every snippet of docs/clients.md, and the leader election examples
+// built on them (examples/leader.py, examples/leader.sh) against a real
+// sidecar: the binary built from this tree, over three real redis-server
+// masters.
 package clients_test
 
 import (
@@ -12,7 +14,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,8 +24,8 @@ import (
 	"github.com/sidelock/sidelock/internal/sidecartest"
 )
 
-// requiredEnv makes a missing python3 or node fail the tests instead of
-// skipping them; `make clients-test` sets it after installing both.
+// requiredEnv makes a missing python3, node or curl fail the tests instead of
+// skipping them; `make clients-test` sets it after installing them.
 const requiredEnv = "SIDELOCK_CLIENTS_REQUIRED"
 
 // runTimeout bounds one client test suite or snippet; they take seconds.
@@ -75,6 +79,188 @@ func TestDocsSnippets(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLeaderExamples runs two candidates of examples/leader.py, then two
+// of examples/leader.sh: the standby says who leads, and is elected with a
+// later term when the leader dies (kill -9) or resigns (SIGTERM).
+func TestLeaderExamples(t *testing.T) {
+	t.Parallel() // each runs its own sidecar and masters; they mostly wait on timers
+	python := need(t, "python3")
+	// Renewals, and so a held stream's writes, every 10 s: a resignation
+	// left to a stream's next write (a dead reader's curl dies of SIGPIPE
+	// then) would miss the bound on the shell's takeover below.
+	api := startSidecar(t, "SIDELOCK_KEY_TTL=30s")
+	t.Run("python", func(t *testing.T) {
+		start := func(id string) *candidate {
+			return startCandidate(t, api, python, "../examples/leader.py", "--id", id, "--name", "examples/leader-py", "--every", "0.2")
+		}
+		a := start("a")
+		first := a.term(t, "a: elected, term ")
+		b := start("b")
+		b.await(t, "b: leader is a")
+		a.signal(t, syscall.SIGKILL) // its connection closes: the sidecar frees the lock at once
+		if second := b.term(t, "b: elected, term "); second <= first {
+			t.Fatalf("b's term %d is not after a's %d", second, first)
+		}
+		b.await(t, "b: term ") // working
+		b.signal(t, syscall.SIGTERM)
+		b.await(t, "b: resigning")
+		if err := b.exit(t); err != nil {
+			t.Fatalf("b exited with %v", err)
+		}
+	})
+	t.Run("shell", func(t *testing.T) {
+		need(t, "curl")
+		start := func(id string) *candidate {
+			return startCandidate(t, api, "sh", "../examples/leader.sh", id, "examples/leader-sh")
+		}
+		a := start("a")
+		first := a.term(t, "a: elected, term ")
+		b := start("b")
+		b.await(t, "b: leader is a")
+		resigned := time.Now()
+		a.signal(t, syscall.SIGTERM) // its trap ends the term's curl: a resignation
+		a.exit(t)
+		if curls := curlsOf(t, a.cmd.Process.Pid); len(curls) > 0 {
+			t.Fatalf("a left curl %v running, which would hold the lock until its next write fails", curls)
+		}
+		if second := b.term(t, "b: elected, term "); second <= first {
+			t.Fatalf("b's term %d is not after a's %d", second, first)
+		}
+		if took := time.Since(resigned); took > 3*time.Second {
+			t.Fatalf("b was elected %v after a resigned: not at once", took)
+		}
+		b.await(t, "b: term ") // working
+	})
+}
+
+// candidate is one running example program, its output read line by line.
+type candidate struct {
+	cmd   *exec.Cmd
+	lines chan string   // stdout and stderr, closed at their end
+	ended chan struct{} // closed once the process was waited for
+	err   error         // Wait's, once ended
+}
+
+// startCandidate starts name args in a process group of its own (with
+// SIDELOCK_ADDR=api, STEP_SECONDS=0.2), which the test's end kills whole:
+// a shell's curls and sleeps included.
+func startCandidate(t *testing.T, api, name string, args ...string) *candidate {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "SIDELOCK_ADDR="+api, "STEP_SECONDS=0.2", "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	w.Close() // the children hold the only write ends: EOF once they all exit
+	if err != nil {
+		r.Close()
+		t.Fatal(err)
+	}
+	c := &candidate{cmd: cmd, lines: make(chan string, 1024), ended: make(chan struct{})}
+	go func() {
+		defer close(c.ended)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			t.Logf("%s %s", filepath.Base(args[0]), sc.Text())
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+		r.Close()
+		c.err = cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		for range c.lines { // unread lines must not block the reader
+		}
+		<-c.ended
+	})
+	return c
+}
+
+// await reads lines until one starts with prefix, and returns it; it
+// fails the test after 10 s, or when the output ends first.
+func (c *candidate) await(t *testing.T, prefix string) string {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case l, ok := <-c.lines:
+			if !ok {
+				t.Fatalf("the output ended without a line %q", prefix)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-deadline:
+			t.Fatalf("no line %q within 10s", prefix)
+		}
+	}
+}
+
+// term awaits a line "<prefix><term>" and returns the term (the fence).
+func (c *candidate) term(t *testing.T, prefix string) uint64 {
+	t.Helper()
+	l := c.await(t, prefix)
+	term, err := strconv.ParseUint(strings.TrimPrefix(l, prefix), 10, 64)
+	if err != nil {
+		t.Fatalf("%q: %v", l, err)
+	}
+	return term
+}
+
+func (c *candidate) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// exit awaits the end of the process and returns how it ended.
+func (c *candidate) exit(t *testing.T) error {
+	t.Helper()
+	for range c.lines {
+	}
+	select {
+	case <-c.ended:
+		return c.err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the candidate did not exit within 10s")
+		return nil
+	}
+}
+
+// curlsOf lists the live curl processes of process group pgid, from /proc.
+func curlsOf(t *testing.T, pgid int) []int {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var curls []int
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+		open, close := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+		if open < 0 || close < open {
+			continue
+		}
+		fields := strings.Fields(string(b[close+1:]))
+		if string(b[open+1:close]) != "curl" || len(fields) < 3 || fields[0] == "Z" || fields[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b[:open])))
+		curls = append(curls, pid)
+	}
+	return curls
 }
 
 // need returns the path of tool, or skips the test without it (fails
@@ -184,8 +370,9 @@ func writeFile(t *testing.T, dir, name, content string) string {
 // startSidecar builds cmd/sidelock, runs it over three durable masters
 // (durable, so they count at once: no restart probation) and returns its
 // lock API's URL once /readyz answers 200. Only the settings given here
-// reach it, whatever the caller's shell has. Nothing outlives the test.
-func startSidecar(t *testing.T) string {
+// (and extraEnv) reach it, whatever the caller's shell has. Nothing
+// outlives the test.
+func startSidecar(t *testing.T, extraEnv ...string) string {
 	t.Helper()
 	bin := sidecartest.Build(t)
 	masters := redistest.StartN(t, 3, redistest.WithAppendOnly())
@@ -195,5 +382,6 @@ func startSidecar(t *testing.T) string {
 	}
 	env := []string{"SIDELOCK_REDIS_ADDRS=" + strings.Join(addrs, ","),
 		"SIDELOCK_HEALTH_INTERVAL=100ms", "SIDELOCK_KEY_PREFIX=clients:", "SIDELOCK_LOG_LEVEL=debug"}
+	env = append(env, extraEnv...)
 	return sidecartest.Start(t, bin, env, sidecartest.Options{}).API()
 }

@@ -24,6 +24,10 @@ export interface Lease {
   fence: number;
   /** When the lease ends whatever the caller does. */
   maxHoldAt?: Date;
+  /** A semaphore's permit: its N (undefined for a lock). */
+  permits?: number;
+  /** A semaphore's permit: which of the N slots it holds, 1..N; its fence orders that slot's holders only. */
+  slot?: number;
 }
 
 /** Who holds a lock, read from the masters (never the token). */
@@ -33,6 +37,34 @@ export interface Status {
   owner: string;
   validUntil?: Date;
   fence?: number;
+}
+
+/** Who holds a semaphore's permits: held of permits, one holder per held slot, sorted by slot. */
+export interface SemaphoreStatus {
+  name: string;
+  permits: number;
+  held: number;
+  holders: { slot: number; owner: string; fence: number; validUntil: Date }[];
+}
+
+/** One event of a watched lock. */
+export interface Change {
+  /** state (the whole picture: first, and after each reconnect or outage), acquired (a new holder),
+   * released (the name is free), unavailable (the holder is unknown), or a kind added later. */
+  kind: "state" | "acquired" | "released" | "unavailable" | (string & {});
+  name: string;
+  /** undefined while unknown (unavailable). */
+  held: boolean | undefined;
+  /** The holder's owner: the leader, for a lock used for leader election. */
+  owner: string;
+  fence?: number;
+  validUntil?: Date;
+  /** When the sidecar first saw this holder (not when it was granted). */
+  since?: Date;
+  /** released: "released" (announced) or "expired" (noticed by the poll). */
+  reason: string;
+  /** unavailable: why the holder is unknown. */
+  detail: string;
 }
 
 /** RFC 9457 problem details as the sidecar answers them. */
@@ -58,15 +90,17 @@ export declare class SidelockError extends Error {
   readonly retryAfterMs: number | undefined;
   readonly problem: Problem | Record<string, unknown>;
 }
-/** 409 lock_held: another owner holds the lock (after any wait). */
+/** 409 lock_held: another owner holds the lock (after any wait), or all of a semaphore's permits are held. */
 export declare class LockHeld extends SidelockError {}
+/** 409 permits_mismatch: this sidecar has holders or waiters of the semaphore with another permits. */
+export declare class PermitsMismatch extends SidelockError {}
 /** 410 lease_gone: this token no longer holds the lock. */
 export declare class LeaseGone extends SidelockError {}
 /** 503: the sidecar cannot serve now (shutting_down, timeout). */
 export declare class Unavailable extends SidelockError {}
 /** 503 no_quorum: fewer than a majority of masters answered. */
 export declare class NoQuorum extends Unavailable {}
-/** 429 overloaded, too_many_locks, too_many_waiters: retry after retryAfterMs. */
+/** 429 overloaded, too_many_locks, too_many_waiters, too_many_watchers: retry after retryAfterMs. */
 export declare class Overloaded extends SidelockError {}
 /** 401 unauthorized: the sidecar requires its API token. */
 export declare class Unauthorized extends SidelockError {}
@@ -94,8 +128,15 @@ export declare function goDuration(d: Duration): string;
 export declare function durationMs(d: Duration): number;
 /** The URL path of a lock: the name as one escaped segment (its '/' as %2F). */
 export declare function lockPath(name: string): string;
-/** Events of a text/event-stream body. */
-export declare function readEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<{ event: string; data: string; id?: string }, void, void>;
+/** The URL path of a semaphore, escaped as a lock's. */
+export declare function semaphorePath(name: string): string;
+/** One event of a watch as a Change. */
+export declare function parseChange(kind: string, data: Record<string, unknown>): Change;
+/** Events of a text/event-stream body; a retry field goes to onRetry. */
+export declare function readEvents(
+  body: ReadableStream<Uint8Array>,
+  options?: { onRetry?: (ms: number) => void },
+): AsyncGenerator<{ event: string; data: string; id?: string }, void, void>;
 
 export interface ClientOptions {
   /** Default: $SIDELOCK_ADDR, else http://127.0.0.1:7420. */
@@ -127,13 +168,24 @@ export interface LockOptions extends Omit<AcquireOptions, "idempotencyKey"> {
   onLost?: (reason: string) => void;
 }
 
-/** A lock kept alive until released. */
+export interface CampaignOptions extends Omit<LockOptions, "hold" | "wait" | "owner"> {
+  /** Names this candidate to everyone who watches the lock or asks leader(). */
+  owner: string;
+  /** How long each attempt waits in the sidecar's queue (default 10s; within SIDELOCK_MAX_WAIT). */
+  wait?: Duration;
+}
+
+/** A lock (or a semaphore's permit) kept alive until released. */
 export declare class KeptLock {
   /** The latest lease: validUntil moves with each renewal. */
   readonly lease: Lease;
   readonly name: string;
   readonly token: string;
   readonly fence: number;
+  /** A semaphore's N (undefined for a lock). */
+  readonly permits: number | undefined;
+  /** Which of a semaphore's N slots this permit holds (undefined for a lock). */
+  readonly slot: number | undefined;
   readonly validUntil: Date;
   /** Aborts, with a LockLost, when the lock is lost (not when released). */
   readonly signal: AbortSignal;
@@ -166,4 +218,25 @@ export declare class Client {
   lock(name: string, options?: LockOptions): Promise<KeptLock>;
   /** Run fn holding the lock; released when fn settles. */
   withLock<T>(name: string, options: LockOptions, fn: (lock: KeptLock) => T | Promise<T>): Promise<T>;
+
+  /** Take one of the semaphore's permits; rejects with LockHeld when all are still held after the wait,
+   * PermitsMismatch when this sidecar's callers of the semaphore gave another permits. */
+  acquireSemaphore(name: string, permits: number, options?: AcquireOptions): Promise<Lease>;
+  /** The heartbeat of a permit. */
+  extendSemaphore(name: string, token: string, options?: { ttl?: Duration; signal?: AbortSignal; timeoutMs?: number }): Promise<Lease>;
+  /** Give the permit up; rejects with LeaseGone if the token no longer held it. */
+  releaseSemaphore(name: string, token: string, options?: { signal?: AbortSignal }): Promise<void>;
+  /** Who holds the semaphore's permits now. */
+  inspectSemaphore(name: string, permits: number, options?: { signal?: AbortSignal }): Promise<SemaphoreStatus>;
+  /** Take a permit and keep it alive until released. */
+  semaphore(name: string, permits: number, options?: LockOptions): Promise<KeptLock>;
+  /** Run fn holding a permit; released when fn settles. */
+  withSemaphore<T>(name: string, permits: number, options: LockOptions, fn: (permit: KeptLock) => T | Promise<T>): Promise<T>;
+
+  /** The changes of the lock, a "state" first, until signal aborts or the loop stops; reconnects a broken stream. */
+  watch(name: string, options?: { signal?: AbortSignal }): AsyncGenerator<Change, void, void>;
+  /** Hold the lock over a stream with wait, retrying on LockHeld until elected (or signal aborts): the term. */
+  campaign(name: string, options: CampaignOptions): Promise<HeldLock>;
+  /** The owner of the lock now, or undefined when nobody holds it. */
+  leader(name: string, options?: { signal?: AbortSignal }): Promise<string | undefined>;
 }

@@ -8,6 +8,12 @@ export const DEFAULT_ADDR = "http://127.0.0.1:7420";
 /** The shortest pause between two heartbeats, so a tiny ttl cannot spin. */
 const MIN_HEARTBEAT_MS = 50;
 
+/** The pause before a watch reconnects until its stream's retry: says
+ * otherwise (the sidecar sends 1000). */
+const DEFAULT_RETRY_MS = 1000;
+
+const WATCH_QUERY = new URLSearchParams({ watch: "true" });
+
 // Errors: the class is chosen from the problem's stable code alone.
 
 /** Any error answered by the sidecar, or a failure to reach it (status 0). */
@@ -24,13 +30,16 @@ export class SidelockError extends Error {
 }
 /** 409 lock_held: another owner holds the lock (after any wait). */
 export class LockHeld extends SidelockError {}
+/** 409 permits_mismatch: this sidecar has holders or waiters of the
+ * semaphore with another permits; every caller must name the same N. */
+export class PermitsMismatch extends SidelockError {}
 /** 410 lease_gone: this token no longer holds the lock. */
 export class LeaseGone extends SidelockError {}
 /** 503: the sidecar cannot serve now (shutting down, masters too slow). */
 export class Unavailable extends SidelockError {}
 /** 503 no_quorum: fewer than a majority of masters answered. */
 export class NoQuorum extends Unavailable {}
-/** 429: overloaded or at a limit; retry after retryAfterMs. */
+/** 429: overloaded or at a limit (locks, waiters, watchers); retry after retryAfterMs. */
 export class Overloaded extends SidelockError {}
 /** 401 unauthorized: the sidecar requires its API token. */
 export class Unauthorized extends SidelockError {}
@@ -54,6 +63,7 @@ export class LockLost extends Error {
  * back by prefix (invalid_*) or to SidelockError. */
 export const ERRORS_BY_CODE = Object.freeze({
   lock_held: LockHeld,
+  permits_mismatch: PermitsMismatch,
   lease_gone: LeaseGone,
   no_quorum: NoQuorum,
   shutting_down: Unavailable,
@@ -61,6 +71,7 @@ export const ERRORS_BY_CODE = Object.freeze({
   overloaded: Overloaded,
   too_many_locks: Overloaded,
   too_many_waiters: Overloaded,
+  too_many_watchers: Overloaded,
   unauthorized: Unauthorized,
   idempotency_mismatch: IdempotencyMismatch,
   missing_token: InvalidRequest,
@@ -115,18 +126,30 @@ export function durationMs(d) {
  * segment cannot reach it intact, so it is refused here.
  */
 export function lockPath(name) {
-  if (name === "." || name === "..") throw new InvalidRequest("invalid_name", 0, `lock name ${JSON.stringify(name)} is a dot segment`);
-  return "/locks/" + encodeURIComponent(name);
+  return "/locks/" + escapeName(name);
 }
 
-/** The query of an acquire: durations always as Go duration strings. */
-function acquireQuery({ ttl, wait, owner, maxHold } = {}, hold = false) {
+/** The URL path of a semaphore, its name escaped as a lock's is.
+ * Semaphores are a keyspace of their own: semaphore "x" is not lock "x". */
+export function semaphorePath(name) {
+  return "/semaphores/" + escapeName(name);
+}
+
+function escapeName(name) {
+  if (name === "." || name === "..") throw new InvalidRequest("invalid_name", 0, `name ${JSON.stringify(name)} is a dot segment`);
+  return encodeURIComponent(name);
+}
+
+/** The query of an acquire: durations always as Go duration strings;
+ * permits for a semaphore. */
+function acquireQuery({ ttl, wait, owner, maxHold } = {}, { hold = false, permits } = {}) {
   const q = new URLSearchParams();
   if (ttl !== undefined) q.set("ttl", goDuration(ttl));
   if (wait !== undefined) q.set("wait", goDuration(wait));
   if (maxHold !== undefined) q.set("max_hold", goDuration(maxHold));
   if (owner !== undefined) q.set("owner", owner);
   if (hold) q.set("hold", "true");
+  if (permits !== undefined) q.set("permits", String(permits));
   return q;
 }
 
@@ -144,6 +167,9 @@ function parseLease(b) {
     validUntil: new Date(b.valid_until),
     fence: b.fence ?? 0,
     maxHoldAt: b.max_hold_at ? new Date(b.max_hold_at) : undefined,
+    // A semaphore's permit: N, and which of the N slots it holds.
+    permits: b.permits,
+    slot: b.slot,
   };
 }
 
@@ -157,9 +183,36 @@ function parseStatus(b) {
   };
 }
 
+function parseSemaphoreStatus(b) {
+  return {
+    name: b.name,
+    permits: b.permits,
+    held: b.held,
+    holders: (b.holders ?? []).map((h) => ({ slot: h.slot, owner: h.owner ?? "", fence: h.fence, validUntil: new Date(h.valid_until) })),
+  };
+}
+
+/** One event of a watch as a change: held is true or false, or undefined
+ * while unknown (unavailable, or a kind this client does not know). */
+export function parseChange(kind, b) {
+  const held = kind === "acquired" ? true : kind === "released" ? false : kind === "state" ? Boolean(b.held) : undefined;
+  return {
+    kind,
+    name: b.name ?? "",
+    held,
+    owner: b.owner ?? "",
+    fence: b.fence,
+    validUntil: b.valid_until ? new Date(b.valid_until) : undefined,
+    since: b.since ? new Date(b.since) : undefined,
+    reason: b.reason ?? "",
+    detail: b.detail ?? "",
+  };
+}
+
 /** Events of a text/event-stream body, as {event, data, id}. Comments
- * and retry are skipped; data lines are joined with newlines. */
-export async function* readEvents(body) {
+ * are skipped; data lines are joined with newlines; a valid retry
+ * (milliseconds) goes to onRetry, for a reader that reconnects. */
+export async function* readEvents(body, { onRetry } = {}) {
   const decoder = new TextDecoder();
   const reader = body.getReader();
   let buffer = "";
@@ -189,6 +242,7 @@ export async function* readEvents(body) {
         if (field === "event") event = value;
         else if (field === "data") data.push(value);
         else if (field === "id") id = value;
+        else if (field === "retry" && /^\d+$/.test(value)) onRetry?.(Number(value));
       }
     }
   } finally {
@@ -236,23 +290,17 @@ export class Client {
   /** Take the lock, waiting up to opts.wait while another owner holds it;
    * rejects with LockHeld when it is still held after the wait. */
   async acquire(name, opts = {}) {
-    const headers = opts.idempotencyKey ? { "Idempotency-Key": opts.idempotencyKey } : {};
-    const res = await this.#call("POST", lockPath(name), acquireQuery(opts), headers, this.#waitBudget(opts.wait), opts.signal);
-    return parseLease(await res.json());
+    return this._acquire(lockPath(name), acquireQuery(opts), opts);
   }
 
   /** The heartbeat: push the lease out (by opts.ttl when given). */
-  async extend(name, token, { ttl, signal, timeoutMs } = {}) {
-    const q = new URLSearchParams();
-    if (ttl !== undefined) q.set("ttl", goDuration(ttl));
-    const res = await this.#call("PUT", lockPath(name), q, { "Lock-Token": token }, timeoutMs ?? this.timeoutMs, signal);
-    return parseLease(await res.json());
+  async extend(name, token, opts = {}) {
+    return this._extend(lockPath(name), token, opts);
   }
 
   /** Give the lock up; rejects with LeaseGone if the token no longer held it. */
-  async release(name, token, { signal } = {}) {
-    const res = await this.#call("DELETE", lockPath(name), undefined, { "Lock-Token": token }, this.timeoutMs, signal);
-    await res.arrayBuffer();
+  async release(name, token, opts = {}) {
+    return this._release(lockPath(name), token, opts);
   }
 
   /** Who holds the lock now, read from the masters (never the token). */
@@ -270,18 +318,182 @@ export class Client {
    * once; it is never taken again behind the caller's back.
    */
   async lock(name, opts = {}) {
-    if (opts.hold) return HeldLock.open(this, name, opts);
-    return new HeartbeatLock(this, await this.acquire(name, opts), opts.onLost);
+    return this.#keep(lockPath(name), opts);
   }
 
   /** Run fn(lock) holding name; the lock is released when fn settles. */
   async withLock(name, opts, fn) {
-    const lock = await this.lock(name, opts);
+    return runHolding(await this.lock(name, opts), fn);
+  }
+
+  // Semaphores: at most `permits` holders of a name at once. Each call is
+  // its lock counterpart with permits, which every caller of the semaphore
+  // must give alike (PermitsMismatch otherwise).
+
+  /** Take one of the semaphore's permits, waiting up to opts.wait while all
+   * are held; the lease carries permits and slot. Rejects with LockHeld
+   * when all are still held after the wait. */
+  async acquireSemaphore(name, permits, opts = {}) {
+    return this._acquire(semaphorePath(name), acquireQuery(opts, { permits }), opts);
+  }
+
+  /** The heartbeat of a permit, as extend is a lock's. */
+  async extendSemaphore(name, token, opts = {}) {
+    return this._extend(semaphorePath(name), token, opts);
+  }
+
+  /** Give the permit up; rejects with LeaseGone if the token no longer held it. */
+  async releaseSemaphore(name, token, opts = {}) {
+    return this._release(semaphorePath(name), token, opts);
+  }
+
+  /** Who holds the semaphore's permits now: one holder per held slot. */
+  async inspectSemaphore(name, permits, { signal } = {}) {
+    const res = await this.#call("GET", semaphorePath(name), new URLSearchParams({ permits: String(permits) }), {}, this.timeoutMs, signal);
+    return parseSemaphoreStatus(await res.json());
+  }
+
+  /** Take one of the semaphore's permits and keep it until released,
+   * exactly as lock() keeps a lock; the kept permit has permits and slot. */
+  async semaphore(name, permits, opts = {}) {
+    return this.#keep(semaphorePath(name), opts, permits);
+  }
+
+  /** Run fn(permit) holding one of the semaphore's permits; released when fn settles. */
+  async withSemaphore(name, permits, opts, fn) {
+    return runHolding(await this.semaphore(name, permits, opts), fn);
+  }
+
+  // Watching a lock, and leader election: a lock whose owner names the leader.
+
+  /**
+   * Follow who holds the lock name: yields a change per event of GET
+   * /locks/{name}?watch=true, a "state" first, until opts.signal aborts
+   * or the loop stops. A stream that breaks is reconnected after the
+   * stream's retry delay with the Last-Event-ID of the last event seen,
+   * and an "unavailable" change is yielded meanwhile: the holder is
+   * unknown until the "state" the sidecar sends on the new stream. While
+   * the sidecar is unreachable, unavailable or overloaded it keeps
+   * trying; errors that trying again cannot mend (a bad name, a refused
+   * API token) are thrown. Anyone may watch: no token.
+   */
+  async *watch(name, { signal } = {}) {
+    const path = lockPath(name);
+    let lastId;
+    let retryMs = DEFAULT_RETRY_MS;
+    let stream;
     try {
-      return await fn(lock);
-    } finally {
-      await lock.release();
+      stream = await this.#openWatch(path, lastId, signal);
+    } catch (e) {
+      if (signal?.aborted) return;
+      throw e;
     }
+    while (stream) {
+      let why = "it ended";
+      try {
+        for await (const { event, data, id } of readEvents(stream.res.body, { onRetry: (ms) => (retryMs = ms) })) {
+          if (id !== undefined) lastId = id;
+          yield parseChange(event, JSON.parse(data));
+        }
+      } catch (e) {
+        why = e?.cause?.message ?? e?.message ?? String(e);
+      } finally {
+        stream.close();
+      }
+      if (signal?.aborted) return;
+      yield parseChange("unavailable", { name, detail: `the watch stream broke (${why}); reconnecting` });
+      stream = await this.#reconnectWatch(path, lastId, retryMs, signal);
+    }
+  }
+
+  /**
+   * Run for leader of name until elected; resolves with the term: the
+   * lock held over a stream (hold), its owner (required) naming this
+   * candidate to everyone who watches or asks leader(). Each attempt waits
+   * up to opts.wait (default 10s) in the sidecar's queue; a LockHeld
+   * (someone else still leads) starts the next at once, until opts.signal
+   * aborts, which rejects with its reason at once. The sidecar grants the
+   * waiting attempt the moment the leader resigns, and within one key ttl
+   * of its pod dying. The term's fence is its number, greater than every
+   * earlier term's; it ends when the lock is lost (signal, onLost) or
+   * released (resigning).
+   */
+  async campaign(name, { wait = "10s", ...opts } = {}) {
+    if (!opts.owner) throw new TypeError("a campaign names its candidate: owner is required");
+    if (!(durationMs(wait) > 0)) throw new TypeError("a campaign waits in the queue: wait must be positive");
+    for (;;) {
+      try {
+        return await this.lock(name, { ...opts, wait, hold: true });
+      } catch (e) {
+        if (!(e instanceof LockHeld) || opts.signal?.aborted) throw e;
+      }
+    }
+  }
+
+  /** Who leads name now: the owner of its lock, or undefined when nobody
+   * holds it. One inspection; watch() follows the changes. */
+  async leader(name, opts = {}) {
+    const status = await this.inspect(name, opts);
+    return status.held ? status.owner : undefined;
+  }
+
+  // The calls above, by URL path: a lock's or a semaphore's.
+
+  async _acquire(path, query, opts) {
+    const headers = opts.idempotencyKey ? { "Idempotency-Key": opts.idempotencyKey } : {};
+    const res = await this.#call("POST", path, query, headers, this.#waitBudget(opts.wait), opts.signal);
+    return parseLease(await res.json());
+  }
+
+  async _extend(path, token, { ttl, signal, timeoutMs } = {}) {
+    const q = new URLSearchParams();
+    if (ttl !== undefined) q.set("ttl", goDuration(ttl));
+    const res = await this.#call("PUT", path, q, { "Lock-Token": token }, timeoutMs ?? this.timeoutMs, signal);
+    return parseLease(await res.json());
+  }
+
+  async _release(path, token, { signal } = {}) {
+    const res = await this.#call("DELETE", path, undefined, { "Lock-Token": token }, this.timeoutMs, signal);
+    await res.arrayBuffer();
+  }
+
+  async #keep(path, opts, permits) {
+    if (opts.hold) return HeldLock.open(this, path, acquireQuery(opts, { hold: true, permits }), opts);
+    return new HeartbeatLock(this, path, await this._acquire(path, acquireQuery(opts, { permits }), opts), opts.onLost);
+  }
+
+  /** One watch stream, aborted by signal for as long as it is open; close() ends it. */
+  async #openWatch(path, lastId, signal) {
+    const stream = new AbortController();
+    const abort = () => stream.abort(signal.reason);
+    signal?.addEventListener("abort", abort, { once: true });
+    const close = () => {
+      signal?.removeEventListener("abort", abort);
+      stream.abort();
+    };
+    try {
+      const headers = lastId === undefined ? {} : { "Last-Event-ID": lastId };
+      const { res, stop } = await this._openStream("GET", path, WATCH_QUERY, headers, this.timeoutMs, signal, stream);
+      stop(); // the stream stays open: only the caller's signal (above) ends it
+      return { res, close };
+    } catch (e) {
+      close();
+      throw e;
+    }
+  }
+
+  /** The next watch stream, after the retry delay; undefined once signal aborts. */
+  async #reconnectWatch(path, lastId, retryMs, signal) {
+    for (let delay = retryMs; await pause(delay, signal); ) {
+      try {
+        return await this.#openWatch(path, lastId, signal);
+      } catch (e) {
+        if (signal?.aborted) return undefined;
+        if (!(e instanceof Unreachable || e instanceof Unavailable || e instanceof Overloaded)) throw e;
+        delay = Math.max(retryMs, e.retryAfterMs ?? 0); // restarting, or busy: try again
+      }
+    }
+    return undefined;
   }
 
   #waitBudget(wait) {
@@ -319,16 +531,23 @@ export class Client {
     }
   }
 
-  /** POST ?hold=true, answered with an event stream left open for reading.
-   * The stream outlives the acquire, so it is aborted by stream, which the
-   * caller's signal and the acquire's timeout abort until stop(). */
-  async _openHold(name, opts, stream) {
-    const linked = linkedSignal([opts.signal], this.#waitBudget(opts.wait));
+  /** POST ?hold=true, answered with an event stream left open for reading,
+   * within the acquire's budget. */
+  _openHold(path, query, opts, stream) {
+    return this._openStream("POST", path, query, {}, this.#waitBudget(opts.wait), opts.signal, stream);
+  }
+
+  /** A request answered with an event stream (an acquire with hold, a
+   * watch), left open for reading. The stream outlives the request, so it
+   * is aborted by stream, which the caller's signal and budgetMs abort
+   * until stop(). */
+  async _openStream(method, path, query, headers, budgetMs, callerSignal, stream) {
+    const linked = linkedSignal([callerSignal], budgetMs);
     const stop = () => linked.done();
     linked.signal.addEventListener("abort", () => stream.abort(linked.signal.reason), { once: true });
     // Connection: close keeps the stream's connection out of fetch's pool:
-    // it ends with the lock, and is never reused for another request.
-    const res = await this.#fetch("POST", lockPath(name), acquireQuery(opts, true), { Connection: "close" }, stream.signal, opts.signal).catch((e) => {
+    // it ends with the stream, and is never reused for another request.
+    const res = await this.#fetch(method, path, query, { ...headers, Connection: "close" }, stream.signal, callerSignal).catch((e) => {
       stop();
       throw e;
     });
@@ -339,10 +558,34 @@ export class Client {
     if (res.status !== 200 || !(res.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
       stop();
       stream.abort();
-      throw new Unreachable("unexpected_answer", res.status, `POST ${lockPath(name)}: not an event stream`);
+      throw new Unreachable("unexpected_answer", res.status, `${method} ${path}: not an event stream`);
     }
     return { res, stop };
   }
+}
+
+/** fn(kept), then the release, whether fn returned or threw. */
+async function runHolding(kept, fn) {
+  try {
+    return await fn(kept);
+  } finally {
+    await kept.release();
+  }
+}
+
+/** Resolves true after ms, or false as soon as signal aborts. */
+function pause(ms, signal) {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve(false);
+    const done = (elapsed) => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+      resolve(elapsed);
+    };
+    const onAbort = () => done(false);
+    const timer = setTimeout(() => done(true), ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
 }
 
 async function problemError(res) {
@@ -378,8 +621,9 @@ export class KeptLock {
   released = false;
   lostReason = undefined;
 
-  constructor(client, lease, onLost) {
+  constructor(client, path, lease, onLost) {
     this.client = client;
+    this.path = path; // /locks/... or /semaphores/...: where extend and release go
     this.lease = lease;
     this.#onLost = onLost;
   }
@@ -393,6 +637,14 @@ export class KeptLock {
   /** The grant's fencing token (docs/fencing.md): pass it along. */
   get fence() {
     return this.lease.fence;
+  }
+  /** A semaphore's N (undefined for a lock). */
+  get permits() {
+    return this.lease.permits;
+  }
+  /** Which of a semaphore's N slots this permit holds (undefined for a lock). */
+  get slot() {
+    return this.lease.slot;
   }
   /** Act on the lock only before this instant. */
   get validUntil() {
@@ -429,8 +681,8 @@ export class HeartbeatLock extends KeptLock {
   #timer;
   #beating = Promise.resolve();
 
-  constructor(client, lease, onLost) {
-    super(client, lease, onLost);
+  constructor(client, path, lease, onLost) {
+    super(client, path, lease, onLost);
     this.#schedule(this.#interval());
   }
 
@@ -440,7 +692,7 @@ export class HeartbeatLock extends KeptLock {
     clearTimeout(this.#timer);
     await this.#beating; // at most one extend in flight, bounded by the validity left
     try {
-      await this.client.release(this.name, this.token);
+      await this.client._release(this.path, this.token);
     } catch (e) {
       if (!(e instanceof LeaseGone)) throw e; // gone already: nothing to give up
     }
@@ -462,7 +714,7 @@ export class HeartbeatLock extends KeptLock {
     const left = this.lease.validUntil.getTime() - Date.now();
     if (left <= 0) return this._markLost(expiryReason(this.lease));
     try {
-      const lease = await this.client.extend(this.name, this.token, { timeoutMs: left });
+      const lease = await this.client._extend(this.path, this.token, { timeoutMs: left });
       if (this.released) return;
       this.lease = lease;
       this.#schedule(this.#interval());
@@ -486,15 +738,15 @@ export class HeldLock extends KeptLock {
   #watchdog;
   #reading;
 
-  static async open(client, name, opts) {
+  static async open(client, path, query, opts) {
     const stream = new AbortController();
-    const { res, stop } = await client._openHold(name, opts, stream);
+    const { res, stop } = await client._openHold(path, query, opts, stream);
     const events = readEvents(res.body);
     let first;
     try {
       first = (await events.next()).value;
       if (first?.event !== "acquired") throw new Unreachable("unexpected_answer", 200, `the held stream opened with ${first?.event}, not acquired`);
-      return new HeldLock(client, parseLease(JSON.parse(first.data)), opts.onLost, stream, events);
+      return new HeldLock(client, path, parseLease(JSON.parse(first.data)), opts.onLost, stream, events);
     } catch (e) {
       if (opts.signal?.aborted) throw opts.signal.reason;
       if (stream.signal.reason instanceof SidelockError) throw stream.signal.reason; // the acquire's timeout
@@ -506,8 +758,8 @@ export class HeldLock extends KeptLock {
     }
   }
 
-  constructor(client, lease, onLost, stream, events) {
-    super(client, lease, onLost);
+  constructor(client, path, lease, onLost, stream, events) {
+    super(client, path, lease, onLost);
     this.#stream = stream;
     this.#arm();
     this.#reading = this.#read(events);
@@ -517,7 +769,7 @@ export class HeldLock extends KeptLock {
     if (this.released) return;
     this.released = true;
     try {
-      await this.client.release(this.name, this.token); // frees it now; closing would too, a moment later
+      await this.client._release(this.path, this.token); // frees it now; closing would too, a moment later
     } catch {
       // already ended, or the sidecar unreachable: closing the stream releases
     } finally {

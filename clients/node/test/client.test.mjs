@@ -1,8 +1,27 @@
-// Units that need no sidecar: durations, paths, events, errors.
+// Units that need no sidecar: durations, paths, events, errors; and the
+// client's own logic (a watch reconnecting, a campaign retrying) against a
+// scripted server.
 import assert from "node:assert/strict";
+import { createServer } from "node:http";
 import { test } from "node:test";
 
-import { durationMs, errorFor, goDuration, InvalidRequest, LockHeld, lockPath, NoQuorum, readEvents, SidelockError, Unavailable } from "../index.js";
+import {
+  Client,
+  durationMs,
+  errorFor,
+  goDuration,
+  InvalidRequest,
+  LockHeld,
+  lockPath,
+  NoQuorum,
+  Overloaded,
+  parseChange,
+  PermitsMismatch,
+  readEvents,
+  semaphorePath,
+  SidelockError,
+  Unavailable,
+} from "../index.js";
 
 test("durations are sent as Go durations", () => {
   assert.equal(goDuration("1m30s"), "1m30s");
@@ -25,6 +44,8 @@ test("lock paths are one escaped segment that URL parsers leave alone", () => {
     assert.equal(new URL("http://h" + lockPath(name)).pathname, lockPath(name), name); // no segment removed
   }
   assert.throws(() => lockPath(".."), InvalidRequest);
+  assert.equal(semaphorePath("a?b/c#d"), "/semaphores/a%3Fb%2Fc%23d");
+  assert.throws(() => semaphorePath("."), InvalidRequest);
 });
 
 test("the error class follows the code", () => {
@@ -37,6 +58,26 @@ test("the error class follows the code", () => {
   assert.equal(errorFor(418, { code: "teapot" }).constructor, SidelockError);
 });
 
+test("semaphore and watch codes", () => {
+  const mismatch = errorFor(409, { code: "permits_mismatch" });
+  assert.ok(mismatch instanceof PermitsMismatch && !(mismatch instanceof LockHeld)); // a caller's mistake, not a busy semaphore
+  assert.ok(errorFor(429, { code: "too_many_watchers" }) instanceof Overloaded);
+  assert.ok(errorFor(400, { code: "invalid_permits" }) instanceof InvalidRequest);
+});
+
+test("changes of a watch", () => {
+  const t = "2026-01-01T10:00:09Z";
+  const held = parseChange("state", { name: "x", held: true, owner: "a", fence: 3, valid_until: t, since: t });
+  assert.deepEqual([held.kind, held.held, held.owner, held.fence, held.since.getTime()], ["state", true, "a", 3, Date.parse(t)]);
+  const free = parseChange("state", { name: "x", held: false });
+  assert.deepEqual([free.held, free.owner, free.fence, free.validUntil], [false, "", undefined, undefined]);
+  const acquired = parseChange("acquired", { name: "x", owner: "b", fence: 4, valid_until: t, since: t });
+  assert.deepEqual([acquired.held, acquired.owner, acquired.fence], [true, "b", 4]);
+  assert.deepEqual([parseChange("released", { name: "x", reason: "expired" }).held, parseChange("released", { reason: "expired" }).reason], [false, "expired"]);
+  const unknown = parseChange("unavailable", { name: "x", detail: "no quorum" });
+  assert.deepEqual([unknown.held, unknown.detail], [undefined, "no quorum"]);
+});
+
 test("the event stream format is read across chunk boundaries", async () => {
   const chunks = ["retry: 1000\n\n: a comment\nid: 1\nevent: acq", "uired\ndata: {\"a\":\ndata:1}\n\nid: 2\r\nevent: lost\r\n", "data: {}\r\n\r\nevent: cut\ndata: x\n"];
   const body = new ReadableStream({
@@ -46,6 +87,95 @@ test("the event stream format is read across chunk boundaries", async () => {
     },
   });
   const events = [];
-  for await (const e of readEvents(body)) events.push(e);
+  const retries = [];
+  for await (const e of readEvents(body, { onRetry: (ms) => retries.push(ms) })) events.push(e);
   assert.deepEqual(events, [{ event: "acquired", data: "{\"a\":\n1}", id: "1" }, { event: "lost", data: "{}", id: "2" }]);
+  assert.deepEqual(retries, [1000]);
 });
+
+// The scripted tests have a timeout: a watch that misses its end would
+// hang instead of failing.
+test("a broken watch stream is reconnected with the last event id", { timeout: 5000 }, async (t) => {
+  const server = await scripted(t, [
+    stream('retry: 20\n\nid: 1\nevent: state\ndata: {"name":"a/b","held":false}\n\nid: 2\nevent: acquired\ndata: {"name":"a/b","owner":"x","fence":5}\n\n'),
+    problem(503, "no_quorum", { retry_after_ms: 30 }), // the sidecar cannot serve yet: tried again
+    stream('retry: 20\n\nid: 3\nevent: state\ndata: {"name":"a/b","held":true,"owner":"x","fence":5}\n\nid: 4\nevent: released\ndata: {"name":"a/b","reason":"released"}\n\n', { keepOpen: true }),
+  ]);
+  const seen = [];
+  for await (const change of new Client({ baseUrl: server.url, timeoutMs: 5000 }).watch("a/b")) {
+    seen.push([change.kind, change.held, change.owner]);
+    if (change.kind === "released") break;
+  }
+  assert.deepEqual(seen, [["state", false, ""], ["acquired", true, "x"], ["unavailable", undefined, ""], ["state", true, "x"], ["released", false, ""]]);
+  assert.deepEqual(server.requests.map((r) => [r.method, r.url]), Array(3).fill(["GET", "/locks/a%2Fb?watch=true"]));
+  assert.deepEqual(server.requests.map((r) => r.headers["last-event-id"]), [undefined, "2", "2"]);
+});
+
+test("a watch ends quietly when its signal aborts, and throws what a retry cannot mend", { timeout: 5000 }, async (t) => {
+  const server = await scripted(t, [stream('id: 1\nevent: state\ndata: {"name":"x","held":false}\n\n', { keepOpen: true }), problem(400, "invalid_name")]);
+  const client = new Client({ baseUrl: server.url, timeoutMs: 5000 });
+  const abort = new AbortController();
+  const seen = [];
+  for await (const change of client.watch("x", { signal: abort.signal })) {
+    seen.push(change.kind);
+    abort.abort(); // stops the stream under the loop, which then ends
+  }
+  assert.deepEqual(seen, ["state"]);
+  await assert.rejects(client.watch("x").next(), (e) => e instanceof InvalidRequest && e.code === "invalid_name");
+  assert.equal(server.requests.length, 2); // the aborted watch was not reconnected
+});
+
+test("a campaign retries on LockHeld until its signal aborts", { timeout: 5000 }, async (t) => {
+  const abort = new AbortController();
+  const server = await scripted(t, [problem(409, "lock_held", { retry_after_ms: 1000 })], (n) => {
+    if (n === 2) abort.abort(new Error("stopped")); // during the third attempt
+  });
+  const client = new Client({ baseUrl: server.url, timeoutMs: 5000 });
+  await assert.rejects(client.campaign("jobs/leader", { owner: "me", wait: "1s", signal: abort.signal }), /stopped/);
+  assert.equal(server.requests.length, 3);
+  const url = new URL(server.requests[0].url, server.url);
+  assert.deepEqual([server.requests[0].method, url.pathname], ["POST", "/locks/jobs%2Fleader"]);
+  assert.deepEqual([url.searchParams.get("wait"), url.searchParams.get("owner"), url.searchParams.get("hold")], ["1s", "me", "true"]);
+  await assert.rejects(client.campaign("jobs/leader", { wait: "1s" }), TypeError); // no owner: nobody would know who leads
+  await assert.rejects(client.campaign("jobs/leader", { owner: "me", wait: 0 }), TypeError);
+});
+
+// A scripted server on a free loopback port: the n-th request gets
+// answers[n] (the last one once the script runs out), after onRequest(n).
+async function scripted(t, answers, onRequest = () => {}) {
+  const requests = [];
+  const open = new Set();
+  const server = createServer((req, res) => {
+    const n = requests.push({ method: req.method, url: req.url, headers: req.headers }) - 1;
+    onRequest(n);
+    answers[Math.min(n, answers.length - 1)](res, open);
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  t.after(async () => {
+    for (const res of open) res.end();
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
+  return { url: `http://127.0.0.1:${server.address().port}`, requests };
+}
+
+// An event stream's answer: ended after body (a broken stream), or kept
+// open as a live one is until the test ends.
+function stream(body, { keepOpen = false } = {}) {
+  return (res, open) => {
+    res.writeHead(200, { "Content-Type": "text/event-stream" });
+    if (keepOpen) {
+      res.write(body);
+      open.add(res);
+    } else {
+      res.write(body, () => res.destroy()); // no clean end: the connection breaks
+    }
+  };
+}
+
+function problem(status, code, extra = {}) {
+  return (res) => {
+    res.writeHead(status, { "Content-Type": "application/problem+json" });
+    res.end(JSON.stringify({ code, status, ...extra }));
+  };
+}

@@ -1,11 +1,14 @@
 // The client against a real sidecar at $SIDELOCK_ADDR (clients_test.go
 // starts one over three real redis-server masters).
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import { once } from "node:events";
+import { createInterface } from "node:readline";
 import { describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 
-import { Client, IdempotencyMismatch, InvalidRequest, LeaseGone, LockHeld, LockLost, Unreachable } from "../index.js";
+import { Client, IdempotencyMismatch, InvalidRequest, LeaseGone, LockHeld, LockLost, PermitsMismatch, Unreachable } from "../index.js";
 
 const unique = (prefix) => `node/${prefix}/${randomUUID().slice(0, 12)}`;
 const client = new Client({ timeoutMs: 10000 });
@@ -164,6 +167,79 @@ describe("against a sidecar", { skip: !process.env.SIDELOCK_ADDR && "needs a sid
     assert.ok(held.fence > first.fence);
     await held.release();
     assert.equal((await client.inspect(name)).held, false);
+  });
+
+  test("a semaphore admits permits holders", async () => {
+    const name = unique("semaphore");
+    const a = await client.acquireSemaphore(name, 2, { ttl: "30s", owner: "a" });
+    const b = await client.acquireSemaphore(name, 2, { ttl: "30s", owner: "b" });
+    assert.deepEqual([a.permits, b.permits, [a.slot, b.slot].sort()], [2, 2, [1, 2]]);
+    await assert.rejects(client.acquireSemaphore(name, 2, { owner: "c" }), (e) => e instanceof LockHeld && e.status === 409);
+    await assert.rejects(client.acquireSemaphore(name, 3, { owner: "c" }), (e) => e instanceof PermitsMismatch && e.code === "permits_mismatch");
+    const status = await client.inspectSemaphore(name, 2);
+    assert.deepEqual([status.permits, status.held, status.holders.map((h) => h.owner)], [2, 2, a.slot === 1 ? ["a", "b"] : ["b", "a"]]);
+    assert.equal((await client.inspect(name)).held, false, "lock x is not semaphore x");
+    const extended = await client.extendSemaphore(name, b.token, { ttl: 60 });
+    assert.deepEqual([extended.ttl, extended.slot, extended.fence], ["1m0s", b.slot, b.fence]);
+
+    // The third caller waits; a's release gives it a's slot.
+    const releasing = sleep(300).then(() => client.releaseSemaphore(name, a.token));
+    await client.withSemaphore(name, 2, { wait: "10s", owner: "c", hold: true }, async (third) => {
+      await releasing;
+      assert.deepEqual([third.permits, third.slot], [2, a.slot]);
+      assert.ok(third.fence > a.fence, "the slot's fence grows");
+      assert.equal((await client.inspectSemaphore(name, 2)).held, 2);
+    });
+    await client.withSemaphore(name, 2, { ttl: "30s", owner: "d" }, async (kept) => assert.equal(kept.slot, a.slot)); // heartbeats, then a release, to the semaphore
+    assert.equal((await client.inspectSemaphore(name, 2)).held, 1);
+    await client.releaseSemaphore(name, b.token);
+    assert.deepEqual(await client.inspectSemaphore(name, 2), { name, permits: 2, held: 0, holders: [] });
+  });
+
+  test("a watch sees acquired then released", async () => {
+    const name = unique("watch");
+    const changes = client.watch(name, { signal: AbortSignal.timeout(10000) }); // a missing change fails instead of hanging
+    try {
+      const first = (await changes.next()).value;
+      assert.deepEqual([first?.kind, first?.held], ["state", false]);
+      const lease = await client.acquire(name, { ttl: "30s", owner: "w" });
+      const acquired = (await changes.next()).value;
+      assert.deepEqual([acquired?.kind, acquired?.held, acquired?.owner, acquired?.fence], ["acquired", true, "w", lease.fence]);
+      assert.ok(acquired.since instanceof Date);
+      await client.release(name, lease.token);
+      const released = (await changes.next()).value;
+      assert.deepEqual([released?.kind, released?.reason], ["released", "released"]);
+    } finally {
+      await changes.return();
+    }
+  });
+
+  test("a standby takes over when the leader's stream closes", async (t) => {
+    const name = unique("leader");
+    assert.equal(await client.leader(name), undefined);
+    const script = `import { Client } from ${JSON.stringify(new URL("../index.js", import.meta.url).href)};
+      const term = await new Client().campaign(process.env.LEADER_NAME, { owner: "a" });
+      console.log(term.fence);
+      setInterval(() => {}, 1000); // leads until killed`;
+    const leader = spawn(process.execPath, ["--input-type=module", "-e", script], { env: { ...process.env, LEADER_NAME: name }, stdio: ["ignore", "pipe", "inherit"] });
+    t.after(() => leader.kill("SIGKILL"));
+    const [line] = await once(createInterface({ input: leader.stdout }), "line");
+    const firstTerm = Number(line);
+    assert.equal(await client.leader(name), "a");
+
+    const standby = client.campaign(name, { owner: "b", wait: "20s" });
+    assert.equal(await client.leader(name), "a"); // b waits in the queue meanwhile
+    const killed = Date.now();
+    leader.kill("SIGKILL"); // its stream closes with it: the sidecar releases at once
+    const term = await standby;
+    try {
+      assert.ok(Date.now() - killed < 5000, `took ${Date.now() - killed} ms`);
+      assert.ok(term.fence > firstTerm, "a new term");
+      assert.equal(await client.leader(name), "b");
+    } finally {
+      await term.release(); // resign
+    }
+    assert.equal(await client.leader(name), undefined);
   });
 });
 

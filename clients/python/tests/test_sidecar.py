@@ -2,14 +2,16 @@
 starts one over three real redis-server masters)."""
 
 import os
+import subprocess
+import sys
 import threading
 import time
 import unittest
 import uuid
-from typing import List
+from typing import Iterator, List
 
-from sidelock import (Client, IdempotencyMismatch, InvalidRequest, LeaseGone, LockHeld, SidelockError,
-                      Unreachable)
+from sidelock import (Change, Client, IdempotencyMismatch, InvalidRequest, KeptLock, LeaseGone, LockHeld,
+                      PermitsMismatch, SidelockError, Unreachable, Watch)
 from sidelock.times import now
 
 
@@ -166,6 +168,90 @@ class SidecarTest(unittest.TestCase):
             self.assertGreater(held.fence, first.fence)
         with self.assertRaises(SidelockError):
             c.lock(name, hold=True, ttl="0s")  # refused before any stream opens
+
+    def test_semaphore_admits_permits_holders(self) -> None:
+        c, name = self.client, unique("semaphore")
+        a = c.acquire_semaphore(name, 2, ttl="30s", owner="a")
+        b = c.acquire_semaphore(name, 2, ttl="30s", owner="b")
+        self.assertEqual(((a.permits, b.permits), sorted((a.slot, b.slot))), ((2, 2), [1, 2]))
+        with self.assertRaises(LockHeld) as full:
+            c.acquire_semaphore(name, 2, owner="c")
+        self.assertEqual(full.exception.status, 409)
+        with self.assertRaises(PermitsMismatch) as mismatch:
+            c.acquire_semaphore(name, 3, owner="c")
+        self.assertEqual((mismatch.exception.code, mismatch.exception.status), ("permits_mismatch", 409))
+        status = c.inspect_semaphore(name, 2)
+        self.assertEqual((status.permits, status.held), (2, 2))
+        self.assertEqual([h.owner for h in status.holders], ["a", "b"] if a.slot == 1 else ["b", "a"])
+        self.assertFalse(c.inspect(name).held)  # lock "x" is not semaphore "x"
+        extended = c.extend_semaphore(name, b.token, ttl=60)
+        self.assertEqual((extended.ttl, extended.slot, extended.fence), ("1m0s", b.slot, b.fence))
+
+        # The third caller waits; a's release gives it a's slot.
+        releaser = threading.Timer(0.3, c.release_semaphore, args=(name, a.token))
+        releaser.start()
+        self.addCleanup(releaser.join)
+        with c.semaphore(name, 2, wait="10s", owner="c", hold=True) as third:
+            self.assertEqual((third.permits, third.slot), (2, a.slot))
+            self.assertGreater(third.fence, a.fence)  # the slot's fence grows
+            self.assertEqual(c.inspect_semaphore(name, 2).held, 2)
+        with c.semaphore(name, 2, ttl="30s", owner="d") as kept:  # heartbeats, then a release, to the semaphore
+            self.assertEqual(kept.slot, a.slot)
+        self.assertEqual(c.inspect_semaphore(name, 2).held, 1)
+        c.release_semaphore(name, b.token)
+        self.assertEqual(c.inspect_semaphore(name, 2), type(status)(name, 2, 0, ()))
+
+    def test_watch_sees_acquired_then_released(self) -> None:
+        c, name = self.client, unique("watch")
+        with c.watch(name) as watch:
+            changes = self.changes_of(watch)
+            first = next(changes, None)
+            self.assertEqual((first and first.kind, first and first.held), ("state", False))
+            lease = c.acquire(name, ttl="30s", owner="w")
+            acquired = next(changes, None)
+            self.assertIsNotNone(acquired)
+            self.assertEqual((acquired.kind, acquired.held, acquired.owner, acquired.fence),
+                             ("acquired", True, "w", lease.fence))
+            self.assertIsNotNone(acquired.since)
+            c.release(name, lease.token)
+            released = next(changes, None)
+            self.assertEqual((released and released.kind, released and released.reason), ("released", "released"))
+
+    def test_a_standby_takes_over_when_the_leaders_stream_closes(self) -> None:
+        c, name = self.client, unique("leader")
+        self.assertIsNone(c.leader(name))
+        leader = subprocess.Popen(
+            [sys.executable, "-c", "import sys, time\nfrom sidelock import Client\n"
+             "term = Client().campaign(sys.argv[1], owner='a')\nprint(term.fence, flush=True)\ntime.sleep(60)\n", name],
+            stdout=subprocess.PIPE, text=True)
+        self.addCleanup(leader.stdout.close)
+        self.addCleanup(leader.wait)
+        self.addCleanup(leader.kill)
+        first_term = int(leader.stdout.readline())
+        self.assertEqual(c.leader(name), "a")
+
+        terms: List[KeptLock] = []
+        standby = threading.Thread(target=lambda: terms.append(c.campaign(name, owner="b", wait="20s")))
+        standby.start()
+        self.assertEqual(c.leader(name), "a")  # b waits in the queue meanwhile
+        killed = time.monotonic()
+        leader.kill()  # its stream closes with it: the sidecar releases at once
+        standby.join(10)
+        self.assertFalse(standby.is_alive(), "the standby was not elected")
+        took = time.monotonic() - killed
+        with terms[0] as term:
+            self.assertLess(took, 5)
+            self.assertGreater(term.fence, first_term)  # a new term
+            self.assertEqual(c.leader(name), "b")
+        self.assertIsNone(c.leader(name))  # resigned
+
+    def changes_of(self, watch: Watch) -> Iterator[Change]:
+        """The changes of watch, which a guard closes after 10 s so that a
+        missing change fails the test instead of hanging it."""
+        guard = threading.Timer(10, watch.close)
+        guard.start()
+        self.addCleanup(guard.cancel)
+        return iter(watch)
 
 
 if __name__ == "__main__":

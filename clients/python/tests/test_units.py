@@ -3,8 +3,9 @@
 import datetime as dt
 import unittest
 
-from sidelock import ERRORS_BY_CODE, InvalidRequest, LockHeld, NoQuorum, SidelockError, Unavailable, lock_path
-from sidelock.client import problem_error
+from sidelock import (ERRORS_BY_CODE, Change, InvalidRequest, Lease, LockHeld, NoQuorum, Overloaded, PermitsMismatch,
+                      SemaphoreStatus, SidelockError, Unavailable, lock_path, semaphore_path)
+from sidelock.client import acquire_query, problem_error
 from sidelock.sse import Event, read_events
 from sidelock.times import go_duration, parse_time, seconds
 
@@ -40,8 +41,10 @@ class EventsTest(unittest.TestCase):
         lines = iter([b"retry: 1000\n", b"\n", b": a comment\n", b"id: 1\n", b"event: acquired\n",
                       b"data: {\"a\":\n", b"data:1}\n", b"\n", b"id: 2\r\n", b"event: lost\r\n",
                       b"data: {}\r\n", b"\r\n", b"event: cut\n", b"data: x\n"])
-        events = list(read_events(lambda: next(lines, b"")))
+        retries = []
+        events = list(read_events(lambda: next(lines, b""), retries.append))
         self.assertEqual(events, [Event("acquired", "{\"a\":\n1}", "1"), Event("lost", "{}", "2")])
+        self.assertEqual(retries, [1000])
 
 
 class ErrorTest(unittest.TestCase):
@@ -58,11 +61,56 @@ class ErrorTest(unittest.TestCase):
         self.assertEqual((unknown.code, unknown.detail), ("http_error", "not json"))
         self.assertIn("lock_held", ERRORS_BY_CODE)
 
+    def test_semaphore_and_watch_codes(self) -> None:
+        mismatch = problem_error(409, b'{"code":"permits_mismatch","detail":"3 permits, not 2"}')
+        self.assertIsInstance(mismatch, PermitsMismatch)
+        self.assertNotIsInstance(mismatch, LockHeld)  # a caller's mistake, not a busy semaphore
+        self.assertIsInstance(problem_error(429, b'{"code":"too_many_watchers"}'), Overloaded)
+        self.assertIsInstance(problem_error(400, b'{"code":"invalid_permits"}'), InvalidRequest)
+
 
 class PathTest(unittest.TestCase):
     def test_segments_are_escaped_one_by_one(self) -> None:
         self.assertEqual(lock_path("orders/42"), "/locks/orders/42")
         self.assertEqual(lock_path("a?b/c#d"), "/locks/a%3Fb/c%23d")
+        self.assertEqual(semaphore_path("a?b/c#d"), "/semaphores/a%3Fb/c%23d")
+
+    def test_permits_are_sent_with_the_acquire(self) -> None:
+        self.assertEqual(acquire_query(ttl=5, permits=3, owner="w"), {"ttl": "5s", "owner": "w", "permits": "3"})
+        self.assertNotIn("permits", acquire_query(ttl=5))
+
+
+class ModelTest(unittest.TestCase):
+    LEASE = {"name": "pool", "token": "ab" * 16, "owner": "w", "ttl": "30s", "acquired_at": "2026-01-01T10:00:00Z",
+             "lease_expires_at": "2026-01-01T10:00:30Z", "valid_until": "2026-01-01T10:00:09.5Z", "fence": 17}
+
+    def test_a_permit_carries_permits_and_slot(self) -> None:
+        permit = Lease.from_json({**self.LEASE, "permits": 3, "slot": 2})
+        self.assertEqual((permit.permits, permit.slot, permit.fence), (3, 2, 17))
+        lock = Lease.from_json(self.LEASE)
+        self.assertEqual((lock.permits, lock.slot), (None, None))
+
+    def test_semaphore_status_lists_held_slots(self) -> None:
+        status = SemaphoreStatus.from_json({"name": "pool", "permits": 3, "held": 2, "holders": [
+            {"slot": 1, "owner": "a", "fence": 17, "valid_until": "2026-01-01T10:00:09Z"},
+            {"slot": 3, "owner": "b", "fence": 4, "valid_until": "2026-01-01T10:00:08Z"}]})
+        self.assertEqual((status.permits, status.held), (3, 2))
+        self.assertEqual([(h.slot, h.owner, h.fence) for h in status.holders], [(1, "a", 17), (3, "b", 4)])
+        self.assertEqual(SemaphoreStatus.from_json({"name": "pool", "permits": 3, "held": 0}).holders, ())
+
+    def test_changes_of_a_watch(self) -> None:
+        t = "2026-01-01T10:00:09Z"
+        held = Change.from_event("state", {"name": "x", "held": True, "owner": "a", "fence": 3, "valid_until": t, "since": t})
+        self.assertEqual((held.kind, held.held, held.owner, held.fence), ("state", True, "a", 3))
+        self.assertEqual(held.since, parse_time(t))
+        free = Change.from_event("state", {"name": "x", "held": False})
+        self.assertEqual((free.held, free.owner, free.fence, free.valid_until), (False, "", None, None))
+        acquired = Change.from_event("acquired", {"name": "x", "owner": "b", "fence": 4, "valid_until": t, "since": t})
+        self.assertEqual((acquired.held, acquired.owner, acquired.fence), (True, "b", 4))
+        released = Change.from_event("released", {"name": "x", "reason": "expired"})
+        self.assertEqual((released.held, released.reason), (False, "expired"))
+        unknown = Change.from_event("unavailable", {"name": "x", "detail": "no quorum"})
+        self.assertEqual((unknown.held, unknown.detail), (None, "no quorum"))
 
 
 if __name__ == "__main__":

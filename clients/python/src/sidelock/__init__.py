@@ -7,20 +7,25 @@ library only.
     with client.lock("orders/42", ttl="30s") as lock:
         ...  # act while lock.valid(); pass lock.fence to what you write
 
+Semaphores (client.semaphore), watching a lock (client.watch) and leader
+election (client.campaign, client.leader) follow the same shape.
+
 docs/clients.md describes every call.
 """
 
-from .client import DEFAULT_ADDR, Client, lock_path
+from .client import DEFAULT_ADDR, Client, lock_path, semaphore_path
 from .errors import (ERRORS_BY_CODE, IdempotencyMismatch, InvalidRequest, LeaseGone, LockHeld, NoQuorum,
-                     Overloaded, SidelockError, Unauthorized, Unavailable, Unreachable)
+                     Overloaded, PermitsMismatch, SidelockError, Unauthorized, Unavailable, Unreachable)
 from .keep import HeartbeatLock, HeldLock, KeptLock
-from .models import Lease, Status
+from .models import Change, Lease, SemaphoreHolder, SemaphoreStatus, Status
 from .times import Duration
+from .watch import Watch
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEFAULT_ADDR", "Client", "Duration", "ERRORS_BY_CODE", "HeartbeatLock", "HeldLock", "IdempotencyMismatch",
-    "InvalidRequest", "KeptLock", "Lease", "LeaseGone", "LockHeld", "NoQuorum", "Overloaded", "SidelockError",
-    "Status", "Unauthorized", "Unavailable", "Unreachable", "lock_path",
+    "DEFAULT_ADDR", "Change", "Client", "Duration", "ERRORS_BY_CODE", "HeartbeatLock", "HeldLock",
+    "IdempotencyMismatch", "InvalidRequest", "KeptLock", "Lease", "LeaseGone", "LockHeld", "NoQuorum", "Overloaded",
+    "PermitsMismatch", "SemaphoreHolder", "SemaphoreStatus", "SidelockError", "Status", "Unauthorized",
+    "Unavailable", "Unreachable", "Watch", "lock_path", "semaphore_path",
 ]

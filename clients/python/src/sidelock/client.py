@@ -6,13 +6,15 @@ import http.client
 import json
 import os
 import socket
+import threading
 import urllib.parse
 from typing import Callable, Dict, Optional, Tuple
 
-from .errors import SidelockError, Unreachable, error_for
+from .errors import LockHeld, SidelockError, Unreachable, error_for
 from .keep import HeartbeatLock, HeldLock, KeptLock
-from .models import Lease, Status
+from .models import Lease, SemaphoreStatus, Status
 from .times import Duration, go_duration, seconds
+from .watch import Watch
 
 #: Where the sidecar's lock API listens in a pod.
 DEFAULT_ADDR = "http://127.0.0.1:7420"
@@ -23,7 +25,18 @@ def lock_path(name: str) -> str:
     own, so '/' stays the separator and anything else that means something
     in a URL ('?', '#', '%') reaches the sidecar as part of the name, which
     refuses it, instead of naming another lock (as pkg/client does)."""
-    return "/locks/" + "/".join(urllib.parse.quote(s, safe="") for s in name.split("/"))
+    return "/locks/" + escape_name(name)
+
+
+def semaphore_path(name: str) -> str:
+    """The URL path of a semaphore, its name escaped as a lock's is.
+    Semaphores are a keyspace of their own: semaphore "x" is not lock "x"."""
+    return "/semaphores/" + escape_name(name)
+
+
+def escape_name(name: str) -> str:
+    """A lock's or semaphore's name as URL path segments (see lock_path)."""
+    return "/".join(urllib.parse.quote(s, safe="") for s in name.split("/"))
 
 
 class Client:
@@ -55,29 +68,52 @@ class Client:
         whose first answer was lost gets the same lease back.
         """
         query = acquire_query(ttl=ttl, wait=wait, owner=owner, max_hold=max_hold)
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        _, body = self._call("POST", lock_path(name), query, headers, self._wait_budget(wait))
-        return Lease.from_json(json.loads(body))
+        return self._acquire(lock_path(name), query, wait, idempotency_key)
 
     def extend(self, name: str, token: str, *, ttl: Optional[Duration] = None,
                timeout: Optional[float] = None) -> Lease:
         """The heartbeat: push the lease out (by ``ttl`` when given); the
         answer carries a fresh ``valid_until``. Raises LeaseGone once the
         token no longer holds the lock."""
-        query = {"ttl": go_duration(ttl)} if ttl is not None else {}
-        _, body = self._call("PUT", lock_path(name), query, {"Lock-Token": token}, timeout=timeout)
-        return Lease.from_json(json.loads(body))
+        return self._extend(lock_path(name), token, ttl=ttl, timeout=timeout)
 
     def release(self, name: str, token: str) -> None:
         """Give the lock up. Raises LeaseGone if the token no longer held it."""
-        self._call("DELETE", lock_path(name), {}, {"Lock-Token": token})
+        self._release(lock_path(name), token)
 
     def inspect(self, name: str) -> Status:
         """Who holds the lock now, read from the masters."""
         _, body = self._call("GET", lock_path(name), {}, {})
         return Status.from_json(json.loads(body))
 
-    # Locks kept alive for the caller (keep.py).
+    # Semaphores: at most ``permits`` holders of a name at once. Each call
+    # is its lock counterpart with permits, which every caller of the
+    # semaphore must give alike (PermitsMismatch otherwise).
+
+    def acquire_semaphore(self, name: str, permits: int, *, ttl: Optional[Duration] = None,
+                          wait: Optional[Duration] = None, owner: Optional[str] = None,
+                          max_hold: Optional[Duration] = None, idempotency_key: Optional[str] = None) -> Lease:
+        """Take one of the semaphore's ``permits``, waiting up to ``wait``
+        while all are held. The lease carries ``permits`` and ``slot``.
+        Raises LockHeld when all are still held after the wait."""
+        query = acquire_query(ttl=ttl, wait=wait, owner=owner, max_hold=max_hold, permits=permits)
+        return self._acquire(semaphore_path(name), query, wait, idempotency_key)
+
+    def extend_semaphore(self, name: str, token: str, *, ttl: Optional[Duration] = None,
+                         timeout: Optional[float] = None) -> Lease:
+        """The heartbeat of a permit, as extend is a lock's."""
+        return self._extend(semaphore_path(name), token, ttl=ttl, timeout=timeout)
+
+    def release_semaphore(self, name: str, token: str) -> None:
+        """Give the permit up. Raises LeaseGone if the token no longer held it."""
+        self._release(semaphore_path(name), token)
+
+    def inspect_semaphore(self, name: str, permits: int) -> SemaphoreStatus:
+        """Who holds the semaphore's permits now, read from the masters."""
+        _, body = self._call("GET", semaphore_path(name), {"permits": str(permits)}, {})
+        return SemaphoreStatus.from_json(json.loads(body))
+
+    # Locks and permits kept alive for the caller (keep.py).
 
     def lock(self, name: str, *, ttl: Optional[Duration] = None, wait: Optional[Duration] = None,
              owner: Optional[str] = None, max_hold: Optional[Duration] = None, hold: bool = False,
@@ -96,11 +132,80 @@ class Client:
         again behind the caller's back. Leaving the ``with`` block (also by
         an exception) releases the lock.
         """
+        query = acquire_query(ttl=ttl, wait=wait, owner=owner, max_hold=max_hold)
+        return self._keep(lock_path(name), query, wait, hold, on_lost)
+
+    def semaphore(self, name: str, permits: int, *, ttl: Optional[Duration] = None, wait: Optional[Duration] = None,
+                  owner: Optional[str] = None, max_hold: Optional[Duration] = None, hold: bool = False,
+                  on_lost: Optional[Callable[[str], None]] = None) -> KeptLock:
+        """Take one of the semaphore's ``permits`` and keep it until
+        released, exactly as lock() keeps a lock (heartbeats, or held with
+        ``hold=True``); the kept permit has ``permits`` and ``slot``."""
+        query = acquire_query(ttl=ttl, wait=wait, owner=owner, max_hold=max_hold, permits=permits)
+        return self._keep(semaphore_path(name), query, wait, hold, on_lost)
+
+    # Watching a lock, and leader election: a lock whose owner names the leader.
+
+    def watch(self, name: str) -> Watch:
+        """Follow who holds the lock ``name``: iterate the returned Watch
+        for a Change per event (``state`` first), until close(). A broken
+        stream is reconnected (watch.py). No token needed: anyone may watch."""
+        return Watch(self, name, lock_path(name))
+
+    def campaign(self, name: str, *, owner: str, wait: Duration = "10s", ttl: Optional[Duration] = None,
+                 max_hold: Optional[Duration] = None, on_lost: Optional[Callable[[str], None]] = None,
+                 stop: Optional[threading.Event] = None) -> KeptLock:
+        """Run for leader of ``name`` until elected; the term is the
+        returned lock, held over a stream (hold=True) with ``owner``
+        naming this candidate to everyone who watches or asks leader().
+
+        Each attempt waits up to ``wait`` in the sidecar's queue; a LockHeld
+        (someone else still leads) starts the next at once, until ``stop``
+        is set: then that LockHeld is raised. So ``wait`` bounds how long a
+        stop takes to be noticed, never how soon a standby takes over: the
+        sidecar grants the waiting attempt the moment the leader resigns,
+        and within one key ttl of its pod dying. The term's fence is its
+        number, greater than every earlier term's; it ends when the lock is
+        lost (``lost``, on_lost) or released (leaving the with block
+        resigns).
+        """
+        if seconds(wait) <= 0:
+            raise ValueError("a campaign waits in the queue: wait must be positive")
+        while True:
+            try:
+                return self.lock(name, hold=True, wait=wait, owner=owner, ttl=ttl, max_hold=max_hold, on_lost=on_lost)
+            except LockHeld:
+                if stop is not None and stop.is_set():
+                    raise
+
+    def leader(self, name: str) -> Optional[str]:
+        """Who leads ``name`` now: the owner of its lock, or None when
+        nobody holds it. One inspection; watch() follows the changes."""
+        status = self.inspect(name)
+        return status.owner if status.held else None
+
+    # The calls above, by URL path: a lock's or a semaphore's.
+
+    def _acquire(self, path: str, query: Dict[str, str], wait: Optional[Duration],
+                 idempotency_key: Optional[str]) -> Lease:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        _, body = self._call("POST", path, query, headers, self._wait_budget(wait))
+        return Lease.from_json(json.loads(body))
+
+    def _extend(self, path: str, token: str, *, ttl: Optional[Duration] = None,
+                timeout: Optional[float] = None) -> Lease:
+        query = {"ttl": go_duration(ttl)} if ttl is not None else {}
+        _, body = self._call("PUT", path, query, {"Lock-Token": token}, timeout=timeout)
+        return Lease.from_json(json.loads(body))
+
+    def _release(self, path: str, token: str) -> None:
+        self._call("DELETE", path, {}, {"Lock-Token": token})
+
+    def _keep(self, path: str, query: Dict[str, str], wait: Optional[Duration], hold: bool,
+              on_lost: Optional[Callable[[str], None]]) -> KeptLock:
         if hold:
-            return HeldLock(self, lock_path(name), acquire_query(ttl=ttl, wait=wait, owner=owner, max_hold=max_hold, hold=True),
-                            self._wait_budget(wait), on_lost)
-        lease = self.acquire(name, ttl=ttl, wait=wait, owner=owner, max_hold=max_hold)
-        return HeartbeatLock(self, lease, on_lost)
+            return HeldLock(self, path, {**query, "hold": "true"}, self._wait_budget(wait), on_lost)
+        return HeartbeatLock(self, path, self._acquire(path, query, wait, None), on_lost)
 
     # HTTP.
 
@@ -141,8 +246,9 @@ class Client:
 
     def _open_stream(self, path: str, query: Dict[str, str], headers: Dict[str, str],
                      timeout: float) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, socket.socket]:
-        """POST or GET that answers an event stream, left open for reading;
-        with its socket, whose timeout the reader moves."""
+        """POST (an acquire with hold) or GET (a watch) that answers an
+        event stream, left open for reading; with its socket, whose
+        timeout the reader moves."""
         method = "POST" if query.get("hold") == "true" else "GET"
         conn = self._connection(timeout)
         try:
@@ -163,13 +269,14 @@ class Client:
 
 
 def acquire_query(*, ttl: Optional[Duration] = None, wait: Optional[Duration] = None, owner: Optional[str] = None,
-                  max_hold: Optional[Duration] = None, hold: bool = False) -> Dict[str, str]:
-    """The query of an acquire: durations always as Go duration strings."""
+                  max_hold: Optional[Duration] = None, permits: Optional[int] = None) -> Dict[str, str]:
+    """The query of an acquire (hold is added by the keeper that holds):
+    durations always as Go duration strings."""
     query = {k: go_duration(v) for k, v in (("ttl", ttl), ("wait", wait), ("max_hold", max_hold)) if v is not None}
     if owner is not None:
         query["owner"] = owner
-    if hold:
-        query["hold"] = "true"
+    if permits is not None:
+        query["permits"] = str(permits)
     return query
 
 

@@ -34,6 +34,12 @@ class LockHeld(SidelockError):
     """409 lock_held: another owner holds the lock (after any wait)."""
 
 
+class PermitsMismatch(SidelockError):
+    """409 permits_mismatch: this sidecar has holders or waiters of the
+    semaphore with another ``permits``; every caller of a semaphore must
+    name the same N. Not a busy semaphore: retrying does not help."""
+
+
 class LeaseGone(SidelockError):
     """410 lease_gone: this token no longer holds the lock."""
 
@@ -47,7 +53,8 @@ class NoQuorum(Unavailable):
 
 
 class Overloaded(SidelockError):
-    """429: the sidecar is overloaded or at a limit; retry after retry_after."""
+    """429: the sidecar is overloaded or at a limit (locks, waiters,
+    watchers); retry after retry_after."""
 
 
 class Unauthorized(SidelockError):
@@ -70,6 +77,7 @@ class Unreachable(SidelockError):
 # not listed fall back by prefix (invalid_*) or to SidelockError.
 ERRORS_BY_CODE: Dict[str, Type[SidelockError]] = {
     "lock_held": LockHeld,
+    "permits_mismatch": PermitsMismatch,
     "lease_gone": LeaseGone,
     "no_quorum": NoQuorum,
     "shutting_down": Unavailable,
@@ -77,6 +85,7 @@ ERRORS_BY_CODE: Dict[str, Type[SidelockError]] = {
     "overloaded": Overloaded,
     "too_many_locks": Overloaded,
     "too_many_waiters": Overloaded,
+    "too_many_watchers": Overloaded,
     "unauthorized": Unauthorized,
     "idempotency_mismatch": IdempotencyMismatch,
     "missing_token": InvalidRequest,

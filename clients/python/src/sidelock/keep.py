@@ -1,5 +1,6 @@
-"""Locks kept alive for the caller until released: by heartbeats, or held
-over an event stream. Client.lock makes them."""
+"""Locks (and semaphore permits) kept alive for the caller until released:
+by heartbeats, or held over an event stream. Client.lock, Client.semaphore
+and Client.campaign make them."""
 
 from __future__ import annotations
 
@@ -42,11 +43,13 @@ class KeptLock:
     "released" by someone else), a heartbeat was refused ("lease_gone"),
     the held stream broke ("disconnected"), or ``valid_until`` passed
     without a renewal ("expired", or "max_hold" when that capped it).
-    ``lost_reason`` says which. Releasing sets neither.
+    ``lost_reason`` says which. Releasing sets neither. A semaphore's
+    permit is one too, with its ``permits`` and ``slot``.
     """
 
-    def __init__(self, client: "Client", lease: Lease, on_lost: Optional[Callable[[str], None]]) -> None:
+    def __init__(self, client: "Client", path: str, lease: Lease, on_lost: Optional[Callable[[str], None]]) -> None:
         self._client = client
+        self._path = path  # /locks/... or /semaphores/...: where extend and release go
         self._lease = lease
         self._on_lost = on_lost
         self._mu = threading.Lock()
@@ -72,6 +75,16 @@ class KeptLock:
     def fence(self) -> int:
         """The grant's fencing token (docs/fencing.md): pass it along."""
         return self._lease.fence
+
+    @property
+    def permits(self) -> Optional[int]:
+        """A semaphore's N (None for a lock)."""
+        return self._lease.permits
+
+    @property
+    def slot(self) -> Optional[int]:
+        """Which of a semaphore's N slots this permit holds (None for a lock)."""
+        return self._lease.slot
 
     @property
     def valid_until(self) -> datetime:
@@ -112,8 +125,8 @@ class HeartbeatLock(KeptLock):
     of its ttl and its validity, so two heartbeats can fail before
     either runs out."""
 
-    def __init__(self, client: "Client", lease: Lease, on_lost: Optional[Callable[[str], None]]) -> None:
-        super().__init__(client, lease, on_lost)
+    def __init__(self, client: "Client", path: str, lease: Lease, on_lost: Optional[Callable[[str], None]]) -> None:
+        super().__init__(client, path, lease, on_lost)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"sidelock heartbeat {lease.name}", daemon=True)
         self._thread.start()
@@ -125,7 +138,7 @@ class HeartbeatLock(KeptLock):
         self._stop.set()
         self._thread.join()  # at most one extend in flight, bounded by the validity left
         try:
-            self._client.release(self.name, self.token)
+            self._client._release(self._path, self.token)
         except LeaseGone:
             pass  # it had ended already: nothing to give up
 
@@ -142,7 +155,7 @@ class HeartbeatLock(KeptLock):
                 self._mark_lost(expiry_reason(self.lease))
                 return
             try:
-                lease = self._client.extend(self.name, self.token, timeout=left)
+                lease = self._client._extend(self._path, self.token, timeout=left)
             except LeaseGone:
                 self._mark_lost("lease_gone")
                 return
@@ -178,7 +191,7 @@ class HeldLock(KeptLock):
         except SidelockError:
             self._close()
             raise
-        super().__init__(client, lease, on_lost)
+        super().__init__(client, path, lease, on_lost)
         self._deadline = lease.valid_until
         self._thread = threading.Thread(target=self._read, name=f"sidelock hold {lease.name}", daemon=True)
         self._thread.start()
@@ -188,7 +201,7 @@ class HeldLock(KeptLock):
             return
         self._released.set()
         try:
-            self._client.release(self.name, self.token)  # frees it now; closing would too, a moment later
+            self._client._release(self._path, self.token)  # frees it now; closing would too, a moment later
         except SidelockError:
             pass  # already ended, or the sidecar unreachable: closing the stream releases
         finally:

@@ -1,10 +1,11 @@
-"""What the sidecar answers: leases and lock statuses."""
+"""What the sidecar answers: leases, lock and semaphore statuses, and the
+changes a watch reports."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from .times import parse_time
 
@@ -15,7 +16,9 @@ class Lease:
 
     Act on the lock only before ``valid_until``; pass ``fence`` to any
     resource that must refuse writes from an earlier holder
-    (docs/fencing.md).
+    (docs/fencing.md). A semaphore's permit also carries ``permits`` (N)
+    and ``slot`` (which of the N it holds, 1..N); its fence orders the
+    holders of that slot only.
     """
 
     name: str
@@ -27,6 +30,8 @@ class Lease:
     valid_until: datetime
     fence: int
     max_hold_at: Optional[datetime] = None
+    permits: Optional[int] = None
+    slot: Optional[int] = None
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "Lease":
@@ -36,6 +41,7 @@ class Lease:
             acquired_at=parse_time(body["acquired_at"]), lease_expires_at=parse_time(body["lease_expires_at"]),
             valid_until=parse_time(body["valid_until"]), fence=int(body.get("fence", 0)),
             max_hold_at=parse_time(max_hold_at) if max_hold_at else None,
+            permits=optional_int(body.get("permits")), slot=optional_int(body.get("slot")),
         )
 
 
@@ -56,3 +62,74 @@ class Status:
         return cls(name=body["name"], held=bool(body["held"]), owner=body.get("owner", ""),
                    valid_until=parse_time(valid_until) if valid_until else None,
                    fence=int(fence) if fence is not None else None)
+
+
+@dataclass(frozen=True)
+class SemaphoreHolder:
+    """One held slot of a semaphore: its fence orders that slot's holders."""
+
+    slot: int
+    owner: str
+    fence: int
+    valid_until: datetime
+
+    @classmethod
+    def from_json(cls, body: Dict[str, Any]) -> "SemaphoreHolder":
+        return cls(slot=int(body["slot"]), owner=body.get("owner", ""), fence=int(body.get("fence", 0)),
+                   valid_until=parse_time(body["valid_until"]))
+
+
+@dataclass(frozen=True)
+class SemaphoreStatus:
+    """Who holds the permits of a semaphore: ``held`` of ``permits``, with
+    one entry per held slot in ``holders``, sorted by slot."""
+
+    name: str
+    permits: int
+    held: int
+    holders: Tuple[SemaphoreHolder, ...] = ()
+
+    @classmethod
+    def from_json(cls, body: Dict[str, Any]) -> "SemaphoreStatus":
+        holders = tuple(SemaphoreHolder.from_json(h) for h in body.get("holders") or ())
+        return cls(name=body["name"], permits=int(body["permits"]), held=int(body["held"]), holders=holders)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One event of a watched lock (GET /locks/{name}?watch=true).
+
+    ``kind`` is ``state`` (the whole picture: first, and again after each
+    reconnect or outage), ``acquired`` (a new holder), ``released`` (the
+    name is free; ``reason`` is "released" or "expired") or
+    ``unavailable`` (the holder is unknown: the masters could not be
+    read, or the stream broke and is being reconnected; ``detail`` says
+    which). ``held`` is None while unknown. ``since`` is when the sidecar
+    first saw the holder, not when it was granted. A kind this client does
+    not know is passed on as it came.
+    """
+
+    kind: str
+    name: str
+    held: Optional[bool]
+    owner: str = ""
+    fence: Optional[int] = None
+    valid_until: Optional[datetime] = None
+    since: Optional[datetime] = None
+    reason: str = ""
+    detail: str = ""
+
+    @classmethod
+    def from_event(cls, kind: str, body: Dict[str, Any]) -> "Change":
+        held = {"acquired": True, "released": False}.get(kind, body.get("held") if kind == "state" else None)
+        valid_until, since = body.get("valid_until"), body.get("since")
+        return cls(kind=kind, name=body.get("name", ""), held=None if held is None else bool(held),
+                   owner=body.get("owner", ""), fence=optional_int(body.get("fence")),
+                   valid_until=parse_time(valid_until) if valid_until else None,
+                   since=parse_time(since) if since else None,
+                   reason=body.get("reason", ""), detail=body.get("detail", ""))
+
+
+def optional_int(value: Any) -> Optional[int]:
+    """An integer member the answer may leave out."""
+    return int(value) if value is not None else None

@@ -15,13 +15,14 @@ class Event:
     id: Optional[str] = None
 
 
-def read_events(readline: Callable[[], bytes]) -> Iterator[Event]:
+def read_events(readline: Callable[[], bytes], on_retry: Optional[Callable[[int], None]] = None) -> Iterator[Event]:
     """Yield the events of a stream read line by line until it ends.
 
-    Follows the format's rules that matter here: comments (":...") and
-    retry are skipped, data lines are joined with newlines, one optional
-    space after the colon is dropped, and an event is dispatched at the
-    blank line that ends it.
+    Follows the format's rules that matter here: comments (":...") are
+    skipped, data lines are joined with newlines, one optional space after
+    the colon is dropped, and an event is dispatched at the blank line that
+    ends it. A valid ``retry`` (milliseconds) goes to on_retry, for a
+    reader that reconnects.
     """
     kind = ""
     data: List[str] = []
@@ -46,3 +47,5 @@ def read_events(readline: Callable[[], bytes]) -> Iterator[Event]:
             data.append(value)
         elif field == "id":
             event_id = value
+        elif field == "retry" and value.isascii() and value.isdigit() and on_retry is not None:
+            on_retry(int(value))
