@@ -63,17 +63,19 @@ func (c *checker) documentedCodes() []string {
 	return out
 }
 
-// streamMedia is every text/event-stream media type the spec lists.
-func (c *checker) streamMedia() []*openapi3.MediaType {
-	var out []*openapi3.MediaType
+// streamMedia is every text/event-stream media type the spec lists, by
+// the answer that carries it.
+func (c *checker) streamMedia() map[answer]*openapi3.MediaType {
+	out := map[answer]*openapi3.MediaType{}
 	for _, path := range c.doc.Paths.InMatchingOrder() {
-		for _, op := range c.doc.Paths.Value(path).Operations() {
-			for _, res := range op.Responses.Map() {
-				if res.Value == nil {
+		for method, op := range c.doc.Paths.Value(path).Operations() {
+			for key, res := range op.Responses.Map() {
+				status, err := strconv.Atoi(key)
+				if err != nil || res.Value == nil {
 					continue
 				}
 				if m := res.Value.Content.Get(sseMediaType); m != nil {
-					out = append(out, m)
+					out[answer{path, method, status}] = m
 				}
 			}
 		}
@@ -81,17 +83,27 @@ func (c *checker) streamMedia() []*openapi3.MediaType {
 	return out
 }
 
+// streamEvent is one event of one documented stream: the same name means
+// different data on different streams (acquired is a Lease on a held
+// lock's stream, a WatchAcquired on a watch's).
+type streamEvent struct {
+	stream answer
+	name   string
+}
+
+func (e streamEvent) String() string { return fmt.Sprintf("%s: %s", e.stream, e.name) }
+
 // sseEventsExtension is where the spec describes a stream's events: an
 // extension of the text/event-stream media type mapping each event name to
 // {description, schema} (OpenAPI 3.0 has no field for it; 3.2's
 // itemSchema would be the standard home).
 const sseEventsExtension = "x-sse-events"
 
-// eventSchemas maps each event name the spec documents to the schema of
-// its data.
-func (c *checker) eventSchemas() (map[string]*openapi3.SchemaRef, error) {
-	out := map[string]*openapi3.SchemaRef{}
-	for _, m := range c.streamMedia() {
+// eventSchemas maps each event the spec documents, by stream, to the
+// schema of its data.
+func (c *checker) eventSchemas() (map[streamEvent]*openapi3.SchemaRef, error) {
+	out := map[streamEvent]*openapi3.SchemaRef{}
+	for stream, m := range c.streamMedia() {
 		raw, ok := m.Extensions[sseEventsExtension]
 		if !ok {
 			continue
@@ -104,14 +116,14 @@ func (c *checker) eventSchemas() (map[string]*openapi3.SchemaRef, error) {
 			Schema *openapi3.SchemaRef `json:"schema"`
 		}
 		if err := json.Unmarshal(b, &events); err != nil {
-			return nil, fmt.Errorf("%s: %w", sseEventsExtension, err)
+			return nil, fmt.Errorf("%v: %s: %w", stream, sseEventsExtension, err)
 		}
 		for name, ev := range events {
 			schema, err := c.resolve(ev.Schema)
 			if err != nil {
-				return nil, fmt.Errorf("%s %q: %w", sseEventsExtension, name, err)
+				return nil, fmt.Errorf("%v: %s %q: %w", stream, sseEventsExtension, name, err)
 			}
-			out[name] = schema
+			out[streamEvent{stream, name}] = schema
 		}
 	}
 	return out, nil
@@ -133,20 +145,27 @@ func (c *checker) resolve(s *openapi3.SchemaRef) (*openapi3.SchemaRef, error) {
 	return c.doc.Components.Schemas[name], nil
 }
 
-func (c *checker) documentedEvents() []string {
+func (c *checker) documentedEvents() []streamEvent {
 	schemas, _ := c.eventSchemas()
-	return slices.Sorted(maps.Keys(schemas))
+	return slices.SortedFunc(maps.Keys(schemas), func(a, b streamEvent) int { return strings.Compare(a.String(), b.String()) })
 }
 
-// eventSchema is the schema of one event's data.
-func (c *checker) eventSchema(name string) (*openapi3.SchemaRef, error) {
+// eventSchema is the schema of one event's data on one stream.
+func (c *checker) eventSchema(ev streamEvent) (*openapi3.SchemaRef, error) {
 	schemas, err := c.eventSchemas()
 	if err != nil {
 		return nil, err
 	}
-	s, ok := schemas[name]
+	s, ok := schemas[ev]
 	if !ok {
-		return nil, fmt.Errorf("the spec documents no event %q (documented: %v)", name, slices.Sorted(maps.Keys(schemas)))
+		var here []string
+		for e := range schemas {
+			if e.stream == ev.stream {
+				here = append(here, e.name)
+			}
+		}
+		slices.Sort(here)
+		return nil, fmt.Errorf("the spec documents no event %q on %v (documented there: %v)", ev.name, ev.stream, here)
 	}
 	return s, nil
 }

@@ -43,8 +43,11 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 		run  func(t *testing.T)
 	}{
 		{"lifecycle", func(t *testing.T) { exerciseLifecycle(t, api) }},
-		{"bad input", func(t *testing.T) { exerciseBadInput(t, api) }},
+		{"semaphores", func(t *testing.T) { exerciseSemaphoreLifecycle(t, api) }},
+		{"bad input", func(t *testing.T) { exerciseBadInput(t, api); exerciseKindsBadInput(t, api) }},
 		{"streams", func(t *testing.T) { exerciseStreams(t, api) }},
+		{"watch", func(t *testing.T) { exerciseWatch(t, api) }},
+		{"watch cap", func(t *testing.T) { exerciseWatchCap(t, api) }},
 		{"router", func(t *testing.T) { exerciseRouter(t, api, admin) }},
 		{"headers too large", func(t *testing.T) { exerciseHeadersTooLarge(t, c, api, admin) }},
 		{"admin", func(t *testing.T) { exerciseAdmin(t, admin) }},
@@ -142,8 +145,11 @@ func exerciseBadInput(t *testing.T, api *caller) {
 	api.expect(http.StatusUnprocessableEntity, "idempotency_mismatch", "POST", "/locks/spec/idem?ttl=20s", key, "")
 	api.expect(http.StatusNoContent, "", "DELETE", "/locks/spec/idem", hdr{"Lock-Token": first.field("token")}, "")
 
-	// GET /locks takes no input: ambiguous framing is its only 400.
-	for _, target := range []struct{ method, path string }{{"POST", "/locks/smuggled"}, {"GET", "/locks"}} {
+	// GET /locks and GET /semaphores take no input: ambiguous framing is
+	// their only 400.
+	for _, target := range []struct{ method, path string }{
+		{"POST", "/locks/smuggled"}, {"GET", "/locks"}, {"POST", "/semaphores/smuggled?permits=2"}, {"GET", "/semaphores"},
+	} {
 		req, _ := http.NewRequest(target.method, api.base+target.path, nil)
 		r := raw(t, api.base, target.method+" "+target.path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", req)
 		api.hc.Transport.(*validating).checker.check(lockAPI, req, r.status, r.header, r.body)
@@ -153,23 +159,11 @@ func exerciseBadInput(t *testing.T, api *caller) {
 	}
 }
 
-// exerciseStreams opens both kinds of stream and reads them to their end:
-// a held lock that max_hold ends (acquired, renewed, lost), and the events
-// of a heartbeat lease left to expire (renewed, lost).
+// exerciseStreams opens both kinds of lease stream, of a lock and of a
+// permit, and reads them to their end (exerciseStreamsOf).
 func exerciseStreams(t *testing.T, api *caller) {
-	hold, _ := api.stream("POST", "/locks/spec/held?hold=true&ttl=3s&max_hold=3s", nil)
-	if ev := nextEvent(t, hold, 10*time.Second); ev.name != "acquired" {
-		t.Fatalf("a held stream opened with %q, want acquired", ev.name)
-	}
-	waitForEvent(t, hold, "renewed", 10*time.Second)
-	if ev := waitForEvent(t, hold, "lost", 10*time.Second); !strings.Contains(ev.data, `"max_hold"`) {
-		t.Errorf("the held stream ended with %s, want reason max_hold", ev.data)
-	}
-
-	lease := api.require(http.StatusOK, "POST", "/locks/spec/expires?ttl=2s", nil, "")
-	events, _ := api.stream("GET", "/locks/spec/expires/events", hdr{"Lock-Token": lease.field("token")})
-	if ev := waitForEvent(t, events, "lost", 10*time.Second); !strings.Contains(ev.data, `"expired"`) {
-		t.Errorf("the events stream ended with %s, want reason expired", ev.data)
+	for _, k := range kinds {
+		exerciseStreamsOf(t, api, k)
 	}
 }
 
@@ -179,6 +173,8 @@ func exerciseRouter(t *testing.T, api, admin *caller) {
 	api.expect(http.StatusNotFound, "not_found", "GET", "/nowhere", nil, "")
 	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "PATCH", "/locks/spec/x", nil, "")
 	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "POST", "/locks", nil, "")
+	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "PATCH", "/semaphores/spec/x", nil, "")
+	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "POST", "/semaphores", nil, "")
 	admin.expect(http.StatusNotFound, "not_found", "GET", "/locks", nil, "")
 	admin.expect(http.StatusMethodNotAllowed, "method_not_allowed", "POST", "/healthz", nil, "")
 }
@@ -200,7 +196,9 @@ func exerciseAuthAndLimits(t *testing.T, b, bAdmin *caller) {
 	tok := hdr{"Lock-Token": strings.Repeat("0", 32)}
 	for _, op := range []struct{ method, path string }{
 		{"GET", "/locks"}, {"POST", "/locks/spec/b"}, {"PUT", "/locks/spec/b"}, {"DELETE", "/locks/spec/b"},
-		{"GET", "/locks/spec/b"}, {"GET", "/locks/spec/b/events"},
+		{"GET", "/locks/spec/b"}, {"GET", "/locks/spec/b/events"}, {"GET", "/locks/spec/b?watch=true"},
+		{"GET", "/semaphores"}, {"POST", "/semaphores/spec/b?permits=2"}, {"PUT", "/semaphores/spec/b"}, {"DELETE", "/semaphores/spec/b"},
+		{"GET", "/semaphores/spec/b?permits=2"}, {"GET", "/semaphores/spec/b/events"},
 	} {
 		r := anon.expect(http.StatusUnauthorized, "unauthorized", op.method, op.path, tok, "")
 		if r.header.Get("WWW-Authenticate") == "" {
@@ -210,6 +208,7 @@ func exerciseAuthAndLimits(t *testing.T, b, bAdmin *caller) {
 
 	first := b.require(http.StatusOK, "POST", "/locks/spec/b/one?ttl=30s", nil, "")
 	b.expect(http.StatusTooManyRequests, "too_many_locks", "POST", "/locks/spec/b/two?ttl=30s", nil, "")
+	b.expect(http.StatusTooManyRequests, "too_many_locks", "POST", "/semaphores/spec/b/two?permits=2&ttl=30s", nil, "")
 
 	// One waiter fills SIDELOCK_MAX_WAITERS=1; once it waits, the next is refused.
 	waiter := make(chan reply, 1)
@@ -243,30 +242,49 @@ func exerciseShutdown(t *testing.T, side *sidecar, b, bAdmin *caller) {
 	}
 }
 
-// exerciseNoQuorum kills two of the three masters under live leases: the
-// streams warn (expiring) and end (lost), acquire and inspect answer 503,
-// and /readyz turns 503. PUT and DELETE are logged, not asserted: a
+// exerciseNoQuorum kills two of the three masters under live leases, of
+// locks and of permits, and a watch: the lease streams warn (expiring)
+// and end (lost), the watch says unavailable, acquire and inspect answer
+// 503, and /readyz turns 503. PUT and DELETE are logged, not asserted: a
 // heartbeat that cannot confirm on a quorum answers 200 with the earlier
 // valid_until (lease.extend), and a lost lease is 410 — neither is a 503,
 // which is why the spec lists none for them.
 func exerciseNoQuorum(t *testing.T, api, admin *caller, masters []*redistest.Server) {
-	hold, _ := api.stream("POST", "/locks/spec/nq/held?hold=true&ttl=30s", nil)
-	nextEvent(t, hold, 10*time.Second) // acquired
-	lease := api.require(http.StatusOK, "POST", "/locks/spec/nq/beat?ttl=30s", nil, "")
-	token := hdr{"Lock-Token": lease.field("token")}
-	events, _ := api.stream("GET", "/locks/spec/nq/beat/events", token)
+	type leaseStreams struct {
+		k            leaseKind
+		hold, events *sseReader
+		token        hdr
+	}
+	var all []leaseStreams
+	for _, k := range kinds {
+		hold, _ := api.stream("POST", k.acquire("spec/nq/held", "hold=true&ttl=30s"), nil)
+		nextEvent(t, hold, 10*time.Second) // acquired
+		lease := api.require(http.StatusOK, "POST", k.acquire("spec/nq/beat", "ttl=30s"), nil, "")
+		token := hdr{"Lock-Token": lease.field("token")}
+		events, _ := api.stream("GET", k.prefix+"spec/nq/beat/events", token)
+		all = append(all, leaseStreams{k, hold, events, token})
+	}
+	watch, _ := api.stream("GET", "/locks/spec/nq/held?watch=true", nil)
+	nextEvent(t, watch, 10*time.Second) // state
 
 	masters[0].Kill()
 	masters[1].Kill()
-	put := api.do("PUT", "/locks/spec/nq/beat", token, "")
-	t.Logf("PUT without a quorum: %d %s", put.status, put.problemCode())
-	api.expect(http.StatusServiceUnavailable, "no_quorum", "POST", "/locks/spec/nq/other", nil, "")
+	for _, s := range all {
+		put := api.do("PUT", s.k.prefix+"spec/nq/beat", s.token, "")
+		t.Logf("PUT %s without a quorum: %d %s", s.k.prefix, put.status, put.problemCode())
+		api.expect(http.StatusServiceUnavailable, "no_quorum", "POST", s.k.acquire("spec/nq/other", ""), nil, "")
+	}
 	api.expect(http.StatusServiceUnavailable, "no_quorum", "GET", "/locks/spec/nq/other", nil, "")
-	waitForEvent(t, hold, "expiring", 15*time.Second)
-	waitForEvent(t, hold, "lost", 15*time.Second)
-	waitForEvent(t, events, "lost", 15*time.Second)
-	del := api.do("DELETE", "/locks/spec/nq/beat", token, "")
-	t.Logf("DELETE of a lost lease without a quorum: %d %s", del.status, del.problemCode())
+	api.expect(http.StatusServiceUnavailable, "no_quorum", "GET", "/semaphores/spec/nq/other?permits=2", nil, "")
+	waitForEvent(t, watch, "unavailable", 15*time.Second)
+	for _, s := range all {
+		for _, stream := range []*sseReader{s.hold, s.events} {
+			waitForEvent(t, stream, "expiring", 15*time.Second)
+			waitForEvent(t, stream, "lost", 15*time.Second)
+		}
+		del := api.do("DELETE", s.k.prefix+"spec/nq/beat", s.token, "")
+		t.Logf("DELETE %s of a lost lease without a quorum: %d %s", s.k.prefix, del.status, del.problemCode())
+	}
 
 	deadline := time.Now().Add(15 * time.Second)
 	for admin.do("GET", "/readyz", nil, "").status != http.StatusServiceUnavailable {
@@ -302,12 +320,12 @@ func (c *checker) checkCoverage(t *testing.T) {
 			t.Errorf("problem code %q is documented but was never seen", code)
 		}
 	}
-	for name, why := range c.undocumentedEvents {
-		t.Errorf("event %q was seen: %s", name, why)
+	for ev, why := range c.undocumentedEvents {
+		t.Errorf("event %v was seen: %s", ev, why)
 	}
-	for _, name := range c.documentedEvents() {
-		if c.events[name] == 0 {
-			t.Errorf("event %q is documented but was never seen", name)
+	for _, ev := range c.documentedEvents() {
+		if c.events[ev] == 0 {
+			t.Errorf("event %v is documented but was never seen", ev)
 		}
 	}
 	t.Logf("seen: %d documented answers, codes %v, events %v; outside the spec's operations: %v", len(c.seen), c.codes, c.events, c.outside)

@@ -35,7 +35,9 @@ func (v *validating) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	if mediaType(res.Header) == sseMediaType {
 		v.checker.check(v.listener, r, res.StatusCode, res.Header, nil)
-		res.Body = newSSETap(res.Body, v.checker, r.Method+" "+r.URL.RequestURI())
+		tmpl, _ := v.checker.route(v.listener, r)
+		stream := answer{tmpl, r.Method, res.StatusCode}
+		res.Body = newSSETap(res.Body, v.checker, r.Method+" "+r.URL.RequestURI(), stream)
 		return res, nil
 	}
 	body, err := io.ReadAll(res.Body)
@@ -131,13 +133,13 @@ type sseTap struct {
 	done chan struct{}
 }
 
-func newSSETap(body io.ReadCloser, c *checker, where string) *sseTap {
+func newSSETap(body io.ReadCloser, c *checker, where string, stream answer) *sseTap {
 	pr, pw := io.Pipe()
 	tap := &sseTap{ReadCloser: body, copy: pw, done: make(chan struct{})}
 	go func() {
 		defer close(tap.done)
 		defer pr.Close()
-		c.checkStream(where, newSSEReader(pr))
+		c.checkStream(where, stream, newSSEReader(pr))
 	}()
 	return tap
 }
@@ -162,9 +164,9 @@ func (s *sseTap) Close() error {
 }
 
 // checkStream checks every event of one stream: an id on each, a retry
-// field before the first, a name the spec documents, data that matches
-// its schema.
-func (c *checker) checkStream(where string, r *sseReader) {
+// field before the first, a name the spec documents for this stream, data
+// that matches its schema.
+func (c *checker) checkStream(where string, stream answer, r *sseReader) {
 	for {
 		ev, err := r.next()
 		if err != nil {
@@ -177,13 +179,14 @@ func (c *checker) checkStream(where string, r *sseReader) {
 		if !r.sawRetryFirst {
 			c.failf("%s: no retry: field before the first event", at)
 		}
+		seen := streamEvent{stream, ev.name}
 		c.mu.Lock()
-		c.events[ev.name]++
+		c.events[seen]++
 		c.mu.Unlock()
-		schema, err := c.eventSchema(ev.name)
+		schema, err := c.eventSchema(seen)
 		if err != nil {
 			c.mu.Lock()
-			c.undocumentedEvents[ev.name] = err.Error()
+			c.undocumentedEvents[seen] = err.Error()
 			c.mu.Unlock()
 			continue
 		}

@@ -56,9 +56,9 @@ type checker struct {
 	seen    map[answer]int
 	outside map[answer]int // 404 and 405 of routes the spec has no operation for
 	codes   map[string]int
-	events  map[string]int
+	events  map[streamEvent]int
 	// undocumentedEvents: events seen that the spec does not describe, with why.
-	undocumentedEvents map[string]string
+	undocumentedEvents map[streamEvent]string
 	failures           []string
 }
 
@@ -76,8 +76,8 @@ func loadSpec(t *testing.T) *openapi3.T {
 }
 
 func newChecker(t *testing.T) *checker {
-	return &checker{doc: loadSpec(t), seen: map[answer]int{}, outside: map[answer]int{}, codes: map[string]int{}, events: map[string]int{},
-		undocumentedEvents: map[string]string{}}
+	return &checker{doc: loadSpec(t), seen: map[answer]int{}, outside: map[answer]int{}, codes: map[string]int{}, events: map[streamEvent]int{},
+		undocumentedEvents: map[streamEvent]string{}}
 }
 
 func (c *checker) failf(format string, args ...any) {
@@ -97,26 +97,32 @@ func (c *checker) report(t *testing.T) {
 	c.failures = nil
 }
 
+// namedPrefixes are the lock API's paths that name a lock or a semaphore
+// (httpapi/kinds.go).
+var namedPrefixes = []string{"/locks", "/semaphores"}
+
 // route finds the spec's operation for a request the way the sidecar's
-// router does (httpapi/routes.go): a lock name may hold '/', so it is the
-// rest of the path after /locks/, and a GET whose last segment is "events"
-// is the event stream. The admin listener's paths are exact.
+// router does (httpapi/routes.go): a lock's or a semaphore's name may hold
+// '/', so it is the rest of the path after /locks/ or /semaphores/, and a
+// GET whose last segment is "events" is the event stream. The admin
+// listener's paths are exact.
 func (c *checker) route(l listener, r *http.Request) (tmpl string, params map[string]string) {
 	path := r.URL.EscapedPath()
 	if l == adminAPI {
 		return path, nil
 	}
-	rest, ok := strings.CutPrefix(path, "/locks/")
-	switch {
-	case path == "/locks":
-		return path, nil
-	case !ok:
-		return path, nil
-	case r.Method == http.MethodGet && strings.HasSuffix(rest, "/events"):
-		return "/locks/{name}/events", map[string]string{"name": strings.TrimSuffix(rest, "/events")}
-	default:
-		return "/locks/{name}", map[string]string{"name": rest}
+	for _, prefix := range namedPrefixes {
+		rest, ok := strings.CutPrefix(path, prefix+"/")
+		switch {
+		case !ok:
+			continue
+		case r.Method == http.MethodGet && strings.HasSuffix(rest, "/events"):
+			return prefix + "/{name}/events", map[string]string{"name": strings.TrimSuffix(rest, "/events")}
+		default:
+			return prefix + "/{name}", map[string]string{"name": rest}
+		}
 	}
+	return path, nil
 }
 
 // check validates one answer (status, headers, body) and records it. For

@@ -1,0 +1,194 @@
+//go:build linux
+
+package spec
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// leaseKind is one of the lock API's kinds of lease, as a test sends it:
+// its path prefix and what every acquisition of it adds to the query.
+type leaseKind struct {
+	prefix string // "/locks/"
+	query  string // "" or "permits=2&"
+}
+
+var (
+	lockKind      = leaseKind{prefix: "/locks/"}
+	semaphoreKind = leaseKind{prefix: "/semaphores/", query: "permits=2&"}
+	kinds         = []leaseKind{lockKind, semaphoreKind}
+)
+
+// acquire is the path of an acquisition of name with the given query.
+func (k leaseKind) acquire(name, query string) string {
+	return k.prefix + name + "?" + k.query + query
+}
+
+// exerciseSemaphoreLifecycle takes, inspects, lists, extends and releases
+// permits, and provokes a semaphore's own refusals: every permit held
+// (409 lock_held with Retry-After), other permits (409 permits_mismatch).
+func exerciseSemaphoreLifecycle(t *testing.T, api *caller) {
+	api.expect(http.StatusOK, "", "GET", "/semaphores", nil, "")
+	first := api.require(http.StatusOK, "POST", "/semaphores/spec/pool?permits=2&ttl=10s&owner=one", nil, "")
+	second := api.require(http.StatusOK, "POST", "/semaphores/spec/pool", nil, `{"permits":2,"ttl":"10s","owner":"two"}`)
+	full := api.expect(http.StatusConflict, "lock_held", "POST", "/semaphores/spec/pool?permits=2", nil, "")
+	if full.header.Get("Retry-After") == "" {
+		t.Error("409 lock_held of a full semaphore without Retry-After")
+	}
+	api.expect(http.StatusConflict, "permits_mismatch", "POST", "/semaphores/spec/pool?permits=3", nil, "")
+	status := api.expect(http.StatusOK, "", "GET", "/semaphores/spec/pool?permits=2", nil, "")
+	if !strings.Contains(string(status.body), `"held":2`) {
+		t.Errorf("a full semaphore inspected: %s", status.body)
+	}
+	api.expect(http.StatusOK, "", "GET", "/semaphores", nil, "")
+	tok := hdr{"Lock-Token": first.field("token")}
+	api.expect(http.StatusOK, "", "PUT", "/semaphores/spec/pool", tok, "")
+	api.expect(http.StatusOK, "", "PUT", "/semaphores/spec/pool", nil, `{"token":"`+first.field("token")+`","ttl":"20s"}`)
+	api.expect(http.StatusNoContent, "", "DELETE", "/semaphores/spec/pool", tok, "")
+	api.expect(http.StatusGone, "lease_gone", "DELETE", "/semaphores/spec/pool", tok, "")
+	api.expect(http.StatusGone, "lease_gone", "PUT", "/semaphores/spec/pool", tok, "")
+	api.expect(http.StatusGone, "lease_gone", "GET", "/semaphores/spec/pool/events", tok, "")
+	api.expect(http.StatusNoContent, "", "GET", "/semaphores/spec/pool/events", hdr{"Lock-Token": first.field("token"), "Last-Event-ID": "3"}, "")
+	api.expect(http.StatusNoContent, "", "POST", "/semaphores/spec/pool?permits=2&hold=true", hdr{"Last-Event-ID": "1"}, "")
+	api.expect(http.StatusNoContent, "", "DELETE", "/semaphores/spec/pool", hdr{"Lock-Token": second.field("token")}, "")
+
+	key := hdr{"Idempotency-Key": "spec-harness-key-0002"}
+	idem := api.require(http.StatusOK, "POST", "/semaphores/spec/idem?permits=2&ttl=10s", key, "")
+	api.expect(http.StatusUnprocessableEntity, "idempotency_mismatch", "POST", "/semaphores/spec/idem?permits=2&ttl=20s", key, "")
+	api.expect(http.StatusNoContent, "", "DELETE", "/semaphores/spec/idem", hdr{"Lock-Token": idem.field("token")}, "")
+}
+
+// exerciseKindsBadInput provokes the new kinds' 400 codes and their 413s.
+func exerciseKindsBadInput(t *testing.T, api *caller) {
+	tok := hdr{"Lock-Token": strings.Repeat("0", 32)}
+	for _, bad := range []struct{ code, method, path string }{
+		{"invalid_name", "POST", "/semaphores/a%252Fb?permits=2"},
+		{"invalid_name", "PUT", "/semaphores/a%20b"},
+		{"invalid_name", "DELETE", "/semaphores/a/../b"},
+		{"invalid_name", "GET", "/semaphores/a%252Fb?permits=2"},
+		{"invalid_name", "GET", "/semaphores/a%252Fb/events"},
+		{"invalid_permits", "POST", "/semaphores/spec/bad"},
+		{"invalid_permits", "POST", "/semaphores/spec/bad?permits=65"},
+		{"invalid_permits", "GET", "/semaphores/spec/bad"},
+		{"invalid_permits", "POST", "/locks/spec/bad?permits=2"},
+		{"invalid_ttl", "POST", "/semaphores/spec/bad?permits=2&ttl=soon"},
+		{"invalid_query", "POST", "/semaphores/spec/bad?permits=2&colour=red"},
+		{"invalid_query", "GET", "/semaphores/spec/bad?permits=2&colour=red"},
+		{"invalid_watch", "GET", "/locks/spec/bad?watch=maybe"},
+		{"invalid_query", "GET", "/locks/spec/bad?watch=true&colour=red"},
+		{"missing_token", "PUT", "/semaphores/spec/bad"},
+		{"missing_token", "DELETE", "/semaphores/spec/bad"},
+		{"missing_token", "GET", "/semaphores/spec/bad/events"},
+		{"invalid_token", "PUT", "/semaphores/spec/bad?token=xyz"},
+	} {
+		api.expect(http.StatusBadRequest, bad.code, bad.method, bad.path, nil, "")
+	}
+	api.expect(http.StatusBadRequest, "invalid_body", "POST", "/semaphores/spec/bad", nil, `{"permits":true}`)
+	api.expect(http.StatusBadRequest, "invalid_request", "POST", "/semaphores/spec/bad?permits=2", nil, `{"permits":2}`)
+
+	big := `{"owner":"` + strings.Repeat("x", 70<<10) + `"}`
+	for _, method := range []string{"POST", "PUT", "DELETE"} {
+		api.expect(http.StatusRequestEntityTooLarge, "body_too_large", method, "/semaphores/spec/big?permits=2", tok, big)
+	}
+	api.expect(http.StatusRequestEntityTooLarge, "body_too_large", "GET", "/semaphores/spec/big/events", tok, big)
+}
+
+// exerciseStreamsOf opens every kind of lease stream of k at once and
+// reads each to its end: a held lease that max_hold ends (acquired,
+// renewed, lost), a held lease released by its token (acquired,
+// released), the events of a heartbeat lease left to expire (lost,
+// expired), and those of one renewed and then released (renewed,
+// released).
+func exerciseStreamsOf(t *testing.T, api *caller, k leaseKind) {
+	capped, _ := api.stream("POST", k.acquire("spec/streams/capped", "hold=true&ttl=3s&max_hold=3s"), nil)
+	released, _ := api.stream("POST", k.acquire("spec/streams/released", "hold=true&ttl=30s"), nil)
+	lapsing := api.require(http.StatusOK, "POST", k.acquire("spec/streams/lapsing", "ttl=2s"), nil, "")
+	lapsingEvents, _ := api.stream("GET", k.prefix+"spec/streams/lapsing/events", hdr{"Lock-Token": lapsing.field("token")})
+	renewing := api.require(http.StatusOK, "POST", k.acquire("spec/streams/renewing", "ttl=30s"), nil, "")
+	renewingEvents, _ := api.stream("GET", k.prefix+"spec/streams/renewing/events", hdr{"Lock-Token": renewing.field("token")})
+
+	ev := nextEvent(t, released, 10*time.Second)
+	var lease struct{ Token string }
+	if err := json.Unmarshal([]byte(ev.data), &lease); ev.name != "acquired" || err != nil {
+		t.Fatalf("%s: a held stream opened with %s %s", k.prefix, ev.name, ev.data)
+	}
+	api.expect(http.StatusNoContent, "", "DELETE", k.prefix+"spec/streams/released", hdr{"Lock-Token": lease.Token}, "")
+	waitForEvent(t, released, "released", 10*time.Second)
+
+	if ev := nextEvent(t, capped, 10*time.Second); ev.name != "acquired" {
+		t.Fatalf("%s: a held stream opened with %q, want acquired", k.prefix, ev.name)
+	}
+	waitForEvent(t, capped, "renewed", 10*time.Second)
+	if ev := waitForEvent(t, capped, "lost", 10*time.Second); !strings.Contains(ev.data, `"max_hold"`) {
+		t.Errorf("%s: the held stream ended with %s, want reason max_hold", k.prefix, ev.data)
+	}
+	if ev := waitForEvent(t, lapsingEvents, "lost", 10*time.Second); !strings.Contains(ev.data, `"expired"`) {
+		t.Errorf("%s: the events stream ended with %s, want reason expired", k.prefix, ev.data)
+	}
+	waitForEvent(t, renewingEvents, "renewed", 10*time.Second)
+	api.expect(http.StatusNoContent, "", "DELETE", k.prefix+"spec/streams/renewing", hdr{"Lock-Token": renewing.field("token")}, "")
+	waitForEvent(t, renewingEvents, "released", 10*time.Second)
+}
+
+// exerciseWatch follows a lock through a watch stream: state, then a
+// grant (acquired, naming the owner) and its release (released).
+func exerciseWatch(t *testing.T, api *caller) {
+	watch, closeWatch := api.stream("GET", "/locks/spec/watched?watch=true", nil)
+	defer closeWatch()
+	if ev := nextEvent(t, watch, 10*time.Second); ev.name != "state" || !strings.Contains(ev.data, `"held":false`) {
+		t.Fatalf("a watch of a free lock opened with %s %s", ev.name, ev.data)
+	}
+	lease := api.require(http.StatusOK, "POST", "/locks/spec/watched?ttl=10s&owner=spec-leader", nil, "")
+	if ev := nextEvent(t, watch, 10*time.Second); ev.name != "acquired" || !strings.Contains(ev.data, `"owner":"spec-leader"`) {
+		t.Fatalf("a grant watched as %s %s", ev.name, ev.data)
+	}
+	api.expect(http.StatusNoContent, "", "DELETE", "/locks/spec/watched", hdr{"Lock-Token": lease.field("token")}, "")
+	if ev := nextEvent(t, watch, 10*time.Second); ev.name != "released" || !strings.Contains(ev.data, `"reason":"released"`) {
+		t.Fatalf("a release watched as %s %s", ev.name, ev.data)
+	}
+}
+
+// watchCap is the sidecar's cap of watch streams (internal/watch's
+// DefaultMaxStreams, which docs/api.md and the spec state).
+const watchCap = 256
+
+// exerciseWatchCap fills the sidecar's watch streams until one is refused
+// 429 too_many_watchers: at the latest the one past the cap (sooner if a
+// stream of an earlier step has not left yet).
+func exerciseWatchCap(t *testing.T, api *caller) {
+	var closers []func()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	for opened := 0; opened <= watchCap; opened++ {
+		req := api.request(t.Context(), "GET", "/locks/spec/crowded?watch=true", nil, "")
+		res, err := api.hc.Do(req)
+		if err != nil {
+			t.Fatalf("watch %d: %v", opened+1, err)
+		}
+		if res.StatusCode == http.StatusTooManyRequests {
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if opened == 0 {
+				t.Fatal("the first watch was refused")
+			}
+			if r := (reply{res.StatusCode, res.Header, body}); r.problemCode() != "too_many_watchers" || r.header.Get("Retry-After") == "" {
+				t.Errorf("a watch past the cap: %d %q (Retry-After %q)", r.status, r.problemCode(), r.header.Get("Retry-After"))
+			}
+			t.Logf("watch %d was refused 429 (cap %d)", opened+1, watchCap)
+			return
+		}
+		closers = append(closers, func() { res.Body.Close() })
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("watch %d: %d", opened+1, res.StatusCode)
+		}
+	}
+	t.Fatalf("%d watch streams were served: the cap is %d", watchCap+1, watchCap)
+}
