@@ -232,7 +232,7 @@ func (h *abuseHolders) lease(ctx context.Context, name string, acquired func()) 
 		h.r.t.Errorf("abuse holder %s: no lock before the abuse: %v", name, err)
 		return
 	}
-	p := h.r.o.granted(name, owner, "abuse heartbeat", h.car.idx, l.Fence, wallNow(), l.ValidUntil)
+	p := h.r.o.granted(lock(name), owner, "abuse heartbeat", h.car.idx, l.Fence, wallNow(), l.ValidUntil)
 	deadline := deadlineOf(l.ValidUntil)
 	for {
 		sleepCtx(ctx, abuseBeatEvery)
@@ -318,7 +318,7 @@ func (h *abuseHolders) stream(ctx context.Context, name string, acquired func())
 		h.r.t.Errorf("abuse holder %s: no lock before the abuse: %v", name, err)
 		return
 	}
-	p := h.r.o.granted(name, owner, "abuse held stream", h.car.idx, held.Lease.Fence, wallNow(), held.Lease.ValidUntil)
+	p := h.r.o.granted(lock(name), owner, "abuse held stream", h.car.idx, held.Lease.Fence, wallNow(), held.Lease.ValidUntil)
 	for {
 		select {
 		case <-ctx.Done():

@@ -15,7 +15,9 @@
 //	SIDELOCK_SOAK=10m   go test -count=1 -timeout 30m -run Soak ./test/chaos   # make soak
 //
 // Without those variables every test skips. SIDELOCK_CHAOS_RACE=1 builds
-// the sidecars with the race detector.
+// the sidecars with the race detector; SIDELOCK_CHAOS_BIN=path runs that
+// binary instead of building one (another commit's, or one broken on
+// purpose to see the oracle catch it).
 package chaos
 
 import (
@@ -47,6 +49,8 @@ func TestChaos(t *testing.T) {
 			t.Logf("%s: %d grants, %d overlaps, %d fence violations, %d broken promises (%d valid_untils of %d grants checked; by source: %s; by client: %s), availability %.1f%%, recovery %v (%v)",
 				sc.name, res.v.grants, res.v.overlaps, res.v.fenceViolations, res.v.brokenPromises, res.v.promisesChecked, res.v.promiseGrants,
 				kindsText(res.v.promisesBySource), kindsText(res.v.promisesByKind), 100*res.v.availability, res.v.recovery.Round(time.Millisecond), res.took.Round(time.Second))
+			t.Logf("%s: semaphores: %s", sc.name, semaphoreText(res.v.semaphores))
+			t.Logf("%s: election: %s", sc.name, electionText(res.v.election))
 		})
 	}
 	table := renderResults(m, results)
@@ -74,6 +78,7 @@ func renderResults(m string, results []result) string {
 			r.name, shortAssumption(r.assumptions), r.v.grants, r.v.grantsInFault, r.v.overlaps, r.v.fenceViolations,
 			r.v.brokenPromises, r.v.promisesChecked, 100*r.v.availability, 100*r.v.faultAvail, recoveryText(r.v), deadText(r.v), usageText(r, true), usageText(r, false), failuresText(r.v.failures))
 	}
+	b.WriteString(kindsTable(results))
 	b.WriteString("\n## Observations\n\n")
 	for _, r := range results {
 		status := "as expected"

@@ -35,10 +35,14 @@ const (
 	// valid_until (a GC pause, a stopped VM) and then writes anyway: the
 	// case no lease can prevent and fencing must catch.
 	pauser
+	// campaigner: a candidate of a leader election (election_test.go): it
+	// campaigns (hold=true, waiting, retried on 409), leads for a term and
+	// resigns by closing the stream.
+	campaigner
 )
 
 func (k clientKind) String() string {
-	return [...]string{"heartbeat", "holder", "trier", "pauser"}[k]
+	return [...]string{"heartbeat", "holder", "trier", "pauser", "campaigner"}[k]
 }
 
 // Client behaviour.
@@ -63,14 +67,14 @@ const (
 
 // worker is one simulated application process using one sidecar.
 type worker struct {
-	id    int
-	kind  clientKind
-	car   *sidecarProc
-	names []string
-	o     *oracle
-	api   *client.Client
-	http  *http.Client
-	rng   *rand.Rand
+	id      int
+	kind    clientKind
+	car     *sidecarProc
+	targets []target // the locks or semaphores it takes turns on
+	o       *oracle
+	api     *client.Client
+	http    *http.Client
+	rng     *rand.Rand
 	// grants counts acquisitions, for owner labels.
 	grants int
 	// abandon, when set, makes the worker die in its next critical
@@ -78,10 +82,10 @@ type worker struct {
 	abandon atomic.Bool
 }
 
-func newWorker(id int, kind clientKind, car *sidecarProc, names []string, o *oracle) *worker {
+func newWorker(id int, kind clientKind, car *sidecarProc, targets []target, o *oracle) *worker {
 	tr := &http.Transport{MaxIdleConnsPerHost: 4, DialContext: (&net.Dialer{Timeout: time.Second}).DialContext}
 	hc := &http.Client{Transport: tr}
-	return &worker{id: id, kind: kind, car: car, names: names, o: o, api: client.New(car.api, hc), http: hc,
+	return &worker{id: id, kind: kind, car: car, targets: targets, o: o, api: client.New(car.api, hc), http: hc,
 		rng: rand.New(rand.NewPCG(uint64(id), 42))}
 }
 
@@ -89,11 +93,11 @@ func newWorker(id int, kind clientKind, car *sidecarProc, names []string, o *ora
 func (w *worker) run(ctx context.Context) {
 	defer w.http.CloseIdleConnections()
 	for ctx.Err() == nil {
-		name := w.names[w.rng.IntN(len(w.names))]
-		if w.kind == holder {
-			w.holdOnce(ctx, name)
+		t := w.targets[w.rng.IntN(len(w.targets))]
+		if w.kind == holder || w.kind == campaigner {
+			w.holdOnce(ctx, t)
 		} else {
-			w.leaseOnce(ctx, name)
+			w.leaseOnce(ctx, t)
 		}
 	}
 }
@@ -106,8 +110,12 @@ func (w *worker) nextOwner(prefix string) string {
 }
 
 // workTime is how long a critical section lasts: mostly short, sometimes
-// longer than the key ttl, so renewals and heartbeats matter.
+// longer than the key ttl, so renewals and heartbeats matter. A leader's
+// term is longer (termTime).
 func (w *worker) workTime() time.Duration {
+	if w.kind == campaigner {
+		return w.termTime()
+	}
 	if w.rng.IntN(20) == 0 {
 		return 700*time.Millisecond + time.Duration(w.rng.Int64N(int64(1800*time.Millisecond)))
 	}
@@ -129,62 +137,104 @@ type grant struct {
 // the monotonic clock.
 func deadlineOf(validUntil time.Time) time.Time { return time.Now().Add(time.Until(validUntil)) }
 
-func (w *worker) leaseOnce(ctx context.Context, name string) {
+func (w *worker) leaseOnce(ctx context.Context, t target) {
 	wait := waitFor
 	if w.kind == trier {
 		wait = 0
 	}
 	actx, cancel := context.WithTimeout(ctx, wait+requestGrace)
 	owner := w.nextOwner("w")
-	kind, ttl := w.kind.String(), time.Duration(0)
+	kind, ttl := w.kindOf(t), time.Duration(0)
 	if w.rng.IntN(4) == 0 {
 		kind, ttl = kind+" (ttl lowered)", loweredTTL
 	}
-	l, err := w.api.Acquire(actx, name, client.Options{TTL: keyTTL, Wait: wait, Owner: owner})
+	l, err := w.acquire(actx, t, client.Options{TTL: keyTTL, Wait: wait, Owner: owner})
 	answered := wallNow()
 	cancel()
 	if err != nil {
 		w.failed(ctx, err)
 		return
 	}
+	t.slot = l.Slot
 	g := grant{token: l.Token, fence: l.Fence, deadline: deadlineOf(l.ValidUntil), ttl: ttl,
-		promise: w.o.granted(name, owner, kind, w.car.idx, l.Fence, answered, l.ValidUntil)}
+		promise: w.o.granted(t, owner, kind, w.car.idx, l.Fence, answered, l.ValidUntil)}
 	if !time.Now().Before(g.deadline) {
 		w.o.fail(w.car.idx, "late_grant") // answered after its own validity: never act on it
-		w.release(name, g.token, g.promise)
+		w.release(t, g.token, g.promise)
 		return
 	}
-	s := w.o.enter(name, owner, w.id, w.car.idx, g.fence)
-	reason, at := w.critical(ctx, name, &g)
+	s := w.o.enter(t, owner, w.id, w.car.idx, g.fence)
+	reason, at := w.critical(ctx, t, &g)
 	w.o.leave(s, at, reason)
 	switch reason {
 	case "killed":
 		w.o.kept(g.promise, "the client died (no heartbeat, no release)")
-		w.o.died(name, owner, at, "client")
+		w.o.died(t, owner, at, "client")
 		return // a dead process releases nothing
 	case "paused":
-		w.o.write(name, w.id, g.fence, true) // the stale write, after the pause
+		w.o.write(t, w.id, g.fence, true) // the stale write, after the pause
 	case "lost":
 		// The sidecar said the lease is gone: the DELETE gives nothing
 		// up, and the promise stands until its valid_until.
 		w.o.kept(g.promise, "a heartbeat was answered lease_gone")
-		w.release(name, g.token, nil)
+		w.release(t, g.token, nil)
 		return
 	}
-	w.release(name, g.token, g.promise)
+	w.release(t, g.token, g.promise)
+}
+
+// kindOf names the worker's kind of client for the oracle's reports.
+func (w *worker) kindOf(t target) string {
+	if t.isSemaphore() {
+		return "semaphore " + w.kind.String()
+	}
+	return w.kind.String()
+}
+
+// acquire, extend, releaseCall and hold are the client's calls for a
+// lock or a semaphore's permit, which differ only in their paths.
+func (w *worker) acquire(ctx context.Context, t target, opts client.Options) (client.Lease, error) {
+	if t.isSemaphore() {
+		return w.api.AcquireSemaphore(ctx, t.name, t.permits, opts)
+	}
+	return w.api.Acquire(ctx, t.name, opts)
+}
+
+func (w *worker) extend(ctx context.Context, t target, token string, ttl time.Duration) (client.Lease, error) {
+	if t.isSemaphore() {
+		return w.api.ExtendSemaphore(ctx, t.name, token, ttl)
+	}
+	return w.api.Extend(ctx, t.name, token, ttl)
+}
+
+func (w *worker) releaseCall(ctx context.Context, t target, token string) error {
+	if t.isSemaphore() {
+		return w.api.ReleaseSemaphore(ctx, t.name, token)
+	}
+	return w.api.Release(ctx, t.name, token)
+}
+
+func (w *worker) hold(ctx context.Context, t target, opts client.Options) (*client.Held, error) {
+	switch {
+	case w.kind == campaigner:
+		return w.api.Campaign(ctx, t.name, opts)
+	case t.isSemaphore():
+		return w.api.HoldSemaphore(ctx, t.name, t.permits, opts)
+	}
+	return w.api.Hold(ctx, t.name, opts)
 }
 
 // critical works until done, lost or out of validity, heartbeating plain
 // leases. It returns why it stopped and the last moment it was entitled
 // to act.
-func (w *worker) critical(ctx context.Context, name string, g *grant) (string, time.Time) {
+func (w *worker) critical(ctx context.Context, t target, g *grant) (string, time.Time) {
 	done := time.Now().Add(w.workTime())
 	beatEvery := keyTTL / 3
 	if g.ttl > 0 {
 		// At once: the lease's ttl drops below the key ttl while the
 		// acquire's valid_until still stands.
 		beatEvery = g.ttl / 3
-		if lost := w.beat(ctx, name, g); lost {
+		if lost := w.beat(ctx, t, g); lost {
 			return "lost", time.Now()
 		}
 	}
@@ -207,9 +257,9 @@ func (w *worker) critical(ctx context.Context, name string, g *grant) (string, t
 		case !now.Before(done) || ctx.Err() != nil:
 			return "done", now
 		}
-		w.o.write(name, w.id, g.fence, false)
+		w.o.write(t, w.id, g.fence, false)
 		if now.After(nextBeat) {
-			if lost := w.beat(ctx, name, g); lost {
+			if lost := w.beat(ctx, t, g); lost {
 				return "lost", time.Now()
 			}
 			nextBeat = time.Now().Add(beatEvery)
@@ -221,10 +271,10 @@ func (w *worker) critical(ctx context.Context, name string, g *grant) (string, t
 // beat is one heartbeat; a fresh valid_until moves the deadline. Only a
 // definite "gone" ends the section: any other failure leaves the last
 // promise standing until its deadline.
-func (w *worker) beat(ctx context.Context, name string, g *grant) (lost bool) {
+func (w *worker) beat(ctx context.Context, t target, g *grant) (lost bool) {
 	bctx, cancel := context.WithTimeout(ctx, heartbeatTime)
 	defer cancel()
-	l, err := w.api.Extend(bctx, name, g.token, g.ttl)
+	l, err := w.extend(bctx, t, g.token, g.ttl)
 	if errors.Is(err, client.ErrLeaseGone) {
 		return true
 	}
@@ -241,11 +291,11 @@ func (w *worker) beat(ctx context.Context, name string, g *grant) (lost bool) {
 // promise this ends, from the moment the DELETE was sent — unless it never
 // reached the sidecar (connection refused: a dead sidecar, whose keys stay
 // until they expire, so the promise stands).
-func (w *worker) release(name, token string, p *promise) {
+func (w *worker) release(t target, token string, p *promise) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTime)
 	defer cancel()
 	sent := wallNow()
-	err := w.api.Release(ctx, name, token)
+	err := w.releaseCall(ctx, t, token)
 	if p == nil {
 		return
 	}
@@ -256,30 +306,37 @@ func (w *worker) release(name, token string, p *promise) {
 	w.o.releasing(p, sent)
 }
 
-// holdOnce holds a lock over a connection; renewals move the deadline.
-func (w *worker) holdOnce(ctx context.Context, name string) {
-	actx, cancel := context.WithTimeout(ctx, waitFor+requestGrace)
-	owner := w.nextOwner("h")
-	kind, maxHold := w.kind.String(), time.Duration(0)
-	if w.rng.IntN(4) == 0 {
+// holdOnce holds a lock (or a permit) over a connection; renewals move
+// the deadline. A campaigner campaigns for it instead: its attempts wait
+// longer and are retried on 409 until it leads.
+func (w *worker) holdOnce(ctx context.Context, t target) {
+	wait, within, owner := waitFor, waitFor+requestGrace, w.nextOwner("h")
+	if w.kind == campaigner {
+		wait, within, owner = campaignWait, campaignFor, w.nextOwner("leader")
+	}
+	actx, cancel := context.WithTimeout(ctx, within)
+	kind, maxHold := w.kindOf(t), time.Duration(0)
+	if w.kind == holder && w.rng.IntN(4) == 0 {
 		kind, maxHold = kind+" (max_hold)", maxHoldBase+time.Duration(w.rng.Int64N(int64(maxHoldBase)))
 	}
-	h, err := w.api.Hold(actx, name, client.Options{Wait: waitFor, Owner: owner, MaxHold: maxHold})
+	w.o.attempted(owner, wallNow())
+	h, err := w.hold(actx, t, client.Options{Wait: wait, Owner: owner, MaxHold: maxHold})
 	answered := wallNow()
 	cancel()
 	if err != nil {
 		w.failed(ctx, err)
 		return
 	}
+	t.slot = h.Lease.Slot
 	g := grant{token: h.Lease.Token, fence: h.Lease.Fence, deadline: deadlineOf(h.Lease.ValidUntil),
-		promise: w.o.granted(name, owner, kind, w.car.idx, h.Lease.Fence, answered, h.Lease.ValidUntil)}
+		promise: w.o.granted(t, owner, kind, w.car.idx, h.Lease.Fence, answered, h.Lease.ValidUntil)}
 	streamEnded := false // the sidecar ended the stream (lost, released, or died)
 	defer func() { w.closeHold(h, g.promise, streamEnded) }()
 	if !time.Now().Before(g.deadline) {
 		w.o.fail(w.car.idx, "late_grant")
 		return
 	}
-	s := w.o.enter(name, owner, w.id, w.car.idx, g.fence)
+	s := w.o.enter(t, owner, w.id, w.car.idx, g.fence)
 	done := time.Now().Add(w.workTime())
 	if maxHold > 0 {
 		done = time.Now().Add(maxHold + maxHoldBase) // runs into the cap
@@ -298,7 +355,7 @@ func (w *worker) holdOnce(ctx context.Context, name string) {
 			w.o.leave(s, time.Now(), "lost")
 			return
 		}
-		w.o.write(name, w.id, g.fence, false)
+		w.o.write(t, w.id, g.fence, false)
 		time.Sleep(writeEvery)
 	}
 }

@@ -24,12 +24,20 @@ import (
 // sidelockBinary is the sidecar under test, built once by TestMain.
 var sidelockBinary string
 
+// prebuiltEnv names a sidelock binary to test instead of building one:
+// another commit's, or one broken on purpose to see the oracle catch it.
+const prebuiltEnv = "SIDELOCK_CHAOS_BIN"
+
 func TestMain(m *testing.M) {
 	if url := os.Getenv(holderEnv); url != "" {
 		os.Exit(runHolderProcess(url))
 	}
 	if mode() == "" {
 		os.Exit(m.Run()) // every test skips: nothing to build
+	}
+	if bin := os.Getenv(prebuiltEnv); bin != "" {
+		sidelockBinary = bin
+		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "sidelock-chaos-")
 	if err != nil {

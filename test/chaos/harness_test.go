@@ -38,6 +38,15 @@ func requireMode(t *testing.T) string {
 // The hot lock names every worker contends for.
 var hotNames = []string{"hot/a", "hot/b", "hot/c"}
 
+// hotLocks are the hot names as targets.
+func hotLocks() []target {
+	out := make([]target, len(hotNames))
+	for i, n := range hotNames {
+		out[i] = lock(n)
+	}
+	return out
+}
+
 // Worker mix per sidecar: plain leases with heartbeats, held connections,
 // try-once callers (and waiters: every heartbeat and holder worker waits).
 var normalMix = []clientKind{heartbeat, heartbeat, heartbeat, holder, holder, holder, trier, trier}
@@ -92,13 +101,20 @@ func (r *run) beginFault() {
 
 func (r *run) endFault() { r.faultEnd = time.Now() }
 
-// spawn starts workers of the given kinds on every sidecar, under ctx.
+// spawn starts workers of the given kinds on every sidecar, on the hot
+// lock names, under ctx.
 func (r *run) spawn(ctx context.Context, kinds []clientKind) []*worker {
+	return r.spawnOn(ctx, kinds, hotLocks())
+}
+
+// spawnOn starts workers of the given kinds on every sidecar, taking
+// turns on targets, under ctx.
+func (r *run) spawnOn(ctx context.Context, kinds []clientKind, targets []target) []*worker {
 	var out []*worker
 	for _, car := range r.c.sidecars {
 		for _, k := range kinds {
 			r.workersM.Lock()
-			w := newWorker(r.nextID, k, car, hotNames, r.o)
+			w := newWorker(r.nextID, k, car, targets, r.o)
 			r.nextID++
 			r.workers = append(r.workers, w)
 			r.workersM.Unlock()
@@ -138,7 +154,7 @@ func (r *run) killSidecar(i int) {
 	car.kill()
 	at := time.Now()
 	for _, s := range open {
-		r.o.died(s.name, s.owner, at, "sidecar")
+		r.o.died(s.target, s.owner, at, "sidecar")
 	}
 	r.note("kill -9 of sidecar %d holding %d locks", i, len(open))
 }
@@ -169,7 +185,7 @@ func runScenario(t *testing.T, sc scenario, m string) result {
 	began := time.Now()
 	p := phasesFor(m)
 	c := startCluster(t, sc.durable)
-	o := newOracle(hotNames)
+	o := newOracle()
 	o.masters = c.directNodes()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -183,6 +199,8 @@ func runScenario(t *testing.T, sc scenario, m string) result {
 		kinds = sc.mix
 	}
 	r.spawn(ctx, kinds)
+	r.spawnSemaphoreWorkers(ctx)
+	r.startElection(ctx)
 	start := time.Now()
 	r.sleep(p.warm)
 	sc.fault(r, m)
@@ -324,6 +342,8 @@ func check(sc scenario, res result) []string {
 	if v.grants == 0 {
 		bad("no grants at all")
 	}
+	problems = append(problems, checkSemaphores(sc, v.semaphores)...)
+	problems = append(problems, checkElection(sc, v.election)...)
 	if !v.recovered || v.recovery > recoveryBound {
 		bad("not every sidecar granted again within %v of the fault's end (recovered %v after %v)", recoveryBound, v.recovered, v.recovery)
 	}

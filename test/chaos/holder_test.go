@@ -96,6 +96,7 @@ func startHolder(ctx context.Context, car *sidecarProc, name, owner string, o *o
 	cmd.Env = append(os.Environ(), holderEnv+"="+car.api+"/locks/"+name+"?hold=true&wait=2s&owner="+owner)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
+	o.attempted(owner, wallNow()) // before it can be granted, for the watches' judge
 	if err != nil || cmd.Start() != nil {
 		return nil, false
 	}
@@ -119,7 +120,7 @@ func (h *holderProc) readOutput(out io.Reader, sidecar int, name, owner string) 
 	for sc.Scan() {
 		var fence, until, received int64
 		if _, err := fmt.Sscanf(sc.Text(), "acquired %d %d %d", &fence, &until, &received); err == nil && h.grant() == nil {
-			p := h.o.granted(name, owner, "holder process", sidecar, fence, time.Unix(0, received), time.Unix(0, until))
+			p := h.o.granted(lock(name), owner, "holder process", sidecar, fence, time.Unix(0, received), time.Unix(0, until))
 			h.mu.Lock()
 			h.promise = p
 			h.mu.Unlock()

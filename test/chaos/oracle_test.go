@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,6 +50,12 @@ import (
 //     promise. These times are wall-clock readings on one machine (the
 //     clients' receive times and the sidecars' valid_until), which share
 //     a clock.
+//   - "One name" above is what a grant holds exclusively (target): a lock,
+//     or one slot of a semaphore, itself a lock. A semaphore of N permits
+//     is also judged whole: no more than N of its sections open at once,
+//     no grant while N earlier promises stand (semaphore_test.go).
+//   - A leader election is a lock like any other; what the watchers of
+//     it were told is judged against the grants (election_test.go).
 type oracle struct {
 	// masters are direct connections to the masters (no proxy), to see
 	// when a dead holder's key is gone.
@@ -63,13 +70,49 @@ type oracle struct {
 	failuresOn map[int]map[string]int
 	probes     []probe
 	deaths     []death
-	stores     map[string]*fencedresource.Store
+	stores     map[string]*fencedresource.Store // by target.exclusive
 	promises   []*promise
+	// attempts, observations and freezes are what the watches of the
+	// leader election are judged by (election_test.go).
+	attempts     map[string]time.Time // when each owner label was first asked for
+	observations []observation
+	freezes      []freeze
+}
+
+// target is what a grant holds: a lock, or one slot of a semaphore (each
+// slot is a lock of its own, see internal/lease/semaphore.go).
+type target struct {
+	name    string
+	permits int // the semaphore's permits; 0 for a lock
+	slot    int // the slot held, 1..permits; 0 for a lock (or a semaphore not yet granted)
+}
+
+// lock is the target of a lock name.
+func lock(name string) target { return target{name: name} }
+
+func (t target) isSemaphore() bool { return t.permits > 0 }
+
+// exclusive names what at most one grant holds at a time: the lock, or the
+// semaphore's slot. The exclusive checks (overlaps, fence order, broken
+// promises, the fenced resource) group by it.
+func (t target) exclusive() string {
+	if !t.isSemaphore() {
+		return t.name
+	}
+	return fmt.Sprintf("semaphore %s slot %d", t.name, t.slot)
+}
+
+// key is where the masters keep it: a slot is "<name>#<slot>".
+func (t target) key() string {
+	if !t.isSemaphore() {
+		return keyPrefix + t.name
+	}
+	return keyPrefix + t.name + "#" + strconv.Itoa(t.slot)
 }
 
 // promise is one grant as its valid_untils describe it.
 type promise struct {
-	name    string
+	target
 	owner   string
 	sidecar int
 	kind    string // the client: heartbeat, holder, trier, pauser, holder process
@@ -109,8 +152,8 @@ func wallNow() time.Time { return time.Now().Round(0) }
 
 // granted records a grant whose acquire answer arrived at (wall clock)
 // with validUntil.
-func (o *oracle) granted(name, owner, kind string, sidecar int, fence int64, at, validUntil time.Time) *promise {
-	p := &promise{name: name, owner: owner, kind: kind, sidecar: sidecar, fence: fence,
+func (o *oracle) granted(t target, owner, kind string, sidecar int, fence int64, at, validUntil time.Time) *promise {
+	p := &promise{target: t, owner: owner, kind: kind, sidecar: sidecar, fence: fence,
 		granted: at.Round(0), until: validUntil, untilBy: "acquire", published: 1,
 		history: []publication{{by: "acquire", at: at.Round(0), validUntil: validUntil}}}
 	o.mu.Lock()
@@ -152,7 +195,7 @@ func (o *oracle) releasing(p *promise, at time.Time) {
 }
 
 type section struct {
-	name        string
+	target
 	owner       string // unique per grant: the owner label on the masters
 	client      int
 	sidecar     int
@@ -162,7 +205,7 @@ type section struct {
 }
 
 type write struct {
-	name     string
+	target   string // exclusive
 	client   int
 	fence    int64
 	at       time.Time
@@ -189,16 +232,13 @@ type death struct {
 	released bool
 }
 
-func newOracle(names []string) *oracle {
-	o := &oracle{failures: map[string]int{}, failuresOn: map[int]map[string]int{}, stores: map[string]*fencedresource.Store{}}
-	for _, n := range names {
-		o.stores[n] = &fencedresource.Store{}
-	}
-	return o
+func newOracle() *oracle {
+	return &oracle{failures: map[string]int{}, failuresOn: map[int]map[string]int{}, stores: map[string]*fencedresource.Store{},
+		attempts: map[string]time.Time{}}
 }
 
-func (o *oracle) enter(name, owner string, client, sidecar int, fence int64) *section {
-	s := &section{name: name, owner: owner, client: client, sidecar: sidecar, fence: fence, enter: time.Now()}
+func (o *oracle) enter(t target, owner string, client, sidecar int, fence int64) *section {
+	s := &section{target: t, owner: owner, client: client, sidecar: sidecar, fence: fence, enter: time.Now()}
 	o.mu.Lock()
 	o.sections = append(o.sections, s)
 	o.mu.Unlock()
@@ -214,14 +254,27 @@ func (o *oracle) leave(s *section, at time.Time, reason string) {
 	}
 }
 
-// write performs a write at the name's fenced resource and records it.
-func (o *oracle) write(name string, client int, fence int64, stale bool) bool {
+// write performs a write at the target's fenced resource (one per lock,
+// one per semaphore slot) and records it.
+func (o *oracle) write(t target, client int, fence int64, stale bool) bool {
 	at := time.Now()
-	ok := o.stores[name].Write(fence, "written by a chaos client")
+	ok := o.store(t.exclusive()).Write(fence, "written by a chaos client")
 	o.mu.Lock()
-	o.writes = append(o.writes, write{name: name, client: client, fence: fence, at: at, stale: stale, accepted: ok})
+	o.writes = append(o.writes, write{target: t.exclusive(), client: client, fence: fence, at: at, stale: stale, accepted: ok})
 	o.mu.Unlock()
 	return ok
+}
+
+// store is the fenced resource of what a grant holds exclusively.
+func (o *oracle) store(exclusive string) *fencedresource.Store {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s, ok := o.stores[exclusive]
+	if !ok {
+		s = &fencedresource.Store{}
+		o.stores[exclusive] = s
+	}
+	return s
 }
 
 // fail records a failed acquisition through sidecar car.
@@ -243,21 +296,21 @@ func (o *oracle) recordProbe(p probe) {
 
 // died records that the holder of name (owner) died at a moment, and
 // watches the masters until its key is gone from a majority.
-func (o *oracle) died(name, owner string, at time.Time, what string) {
+func (o *oracle) died(t target, owner string, at time.Time, what string) {
 	o.watches.Go(func() {
-		heldFor, released := o.watchRelease(name, owner, at)
+		heldFor, released := o.watchRelease(t, owner, at)
 		o.mu.Lock()
-		o.deaths = append(o.deaths, death{name: name, at: at, what: what, heldFor: heldFor, released: released})
+		o.deaths = append(o.deaths, death{name: t.exclusive(), at: at, what: what, heldFor: heldFor, released: released})
 		o.mu.Unlock()
 	})
 }
 
 // watchRelease polls the masters (bounded) until fewer than a majority
 // hold name for owner.
-func (o *oracle) watchRelease(name, owner string, since time.Time) (time.Duration, bool) {
+func (o *oracle) watchRelease(t target, owner string, since time.Time) (time.Duration, bool) {
 	deadline := since.Add(3 * keyTTL)
 	for {
-		if !o.heldBy(name, owner) {
+		if !o.heldBy(t, owner) {
 			return time.Since(since), true
 		}
 		if time.Now().After(deadline) {
@@ -267,15 +320,15 @@ func (o *oracle) watchRelease(name, owner string, since time.Time) (time.Duratio
 	}
 }
 
-// heldBy is whether a majority of the masters hold name for owner (the
+// heldBy is whether a majority of the masters hold t for owner (the
 // value on a master is "<grant id>:<owner>"). A master that does not
 // answer counts as not holding it: a stopped master's keys expire by the
 // clock, so they are gone when it resumes.
-func (o *oracle) heldBy(name, owner string) bool {
+func (o *oracle) heldBy(t target, owner string) bool {
 	n := 0
 	for _, m := range o.masters {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		v, _, err := m.Get(ctx, keyPrefix+name)
+		v, _, err := m.Get(ctx, t.key())
 		cancel()
 		if _, got, _ := strings.Cut(v, ":"); err == nil && got == owner {
 			n++
@@ -329,6 +382,10 @@ type verdict struct {
 	brokenPromises   int
 	worstBrokenBy    time.Duration
 	worstPromise     string
+	// semaphores and election: their own checks (semaphore_test.go,
+	// election_test.go); their grants are in the figures above too.
+	semaphores semaphoreVerdict
+	election   electionVerdict
 }
 
 // judge analyses everything recorded. window is the fault; recovery is
@@ -358,6 +415,8 @@ func (o *oracle) judge(start, faultStart, faultEnd, end time.Time, sidecars int)
 		}
 	}
 	v.brokenPromises, v.worstBrokenBy, v.worstPromise = brokenPromises(o.promises)
+	v.semaphores = judgeSemaphores(closed, o.promises)
+	v.election = judgeElection(closed, o.promises, o.attempts, o.observations, o.freezes)
 	for _, w := range o.writes {
 		switch {
 		case !w.stale && !w.accepted:
@@ -393,7 +452,7 @@ func (o *oracle) closedSections(end time.Time) []*section {
 // same name ended.
 func overlaps(sections []*section) (int, string) {
 	n, worst := 0, ""
-	for name, group := range byName(sections) {
+	for name, group := range byExclusive(sections) {
 		slices.SortFunc(group, func(a, b *section) int { return a.enter.Compare(b.enter) })
 		var open *section // the section that ends last so far
 		for _, s := range group {
@@ -420,7 +479,7 @@ func describeOverlap(name string, a, b *section) string {
 // section of the same name that ended before they began.
 func fenceOrder(sections []*section) (int, string) {
 	n, worst := 0, ""
-	for name, group := range byName(sections) {
+	for name, group := range byExclusive(sections) {
 		byExit := slices.Clone(group)
 		slices.SortFunc(byExit, func(a, b *section) int { return a.exit.Compare(b.exit) })
 		slices.SortFunc(group, func(a, b *section) int { return a.enter.Compare(b.enter) })
@@ -448,7 +507,7 @@ func fenceOrder(sections []*section) (int, string) {
 func brokenPromises(promises []*promise) (n int, worstBy time.Duration, worst string) {
 	groups := map[string][]*promise{}
 	for _, p := range promises {
-		groups[p.name] = append(groups[p.name], p)
+		groups[p.exclusive()] = append(groups[p.exclusive()], p)
 	}
 	for _, group := range groups {
 		slices.SortStableFunc(group, func(a, b *promise) int { return a.granted.Compare(b.granted) })
@@ -483,16 +542,18 @@ func describeBroken(earlier, later *promise) string {
 	}
 	return fmt.Sprintf("%s granted to %s (%s on sidecar%d, fence %d) at %s while %s (%s on sidecar%d, fence %d, granted %s earlier) "+
 		"had been promised it until %s — %v later — by its %s (latest of %d valid_untils, relative to its grant: %s); it was %s",
-		earlier.name, later.owner, later.kind, later.sidecar, later.fence, later.granted.Format("15:04:05.000"),
+		earlier.exclusive(), later.owner, later.kind, later.sidecar, later.fence, later.granted.Format("15:04:05.000"),
 		earlier.owner, earlier.kind, earlier.sidecar, earlier.fence, later.granted.Sub(earlier.granted).Round(time.Millisecond),
 		earlier.until.Local().Format("15:04:05.000"), earlier.end().Sub(later.granted).Round(time.Millisecond),
 		earlier.untilBy, earlier.published, strings.Join(pubs, "; "), released)
 }
 
-func byName(sections []*section) map[string][]*section {
+// byExclusive groups sections by what they hold exclusively: a lock, or
+// a semaphore's slot.
+func byExclusive(sections []*section) map[string][]*section {
 	out := map[string][]*section{}
 	for _, s := range sections {
-		out[s.name] = append(out[s.name], s)
+		out[s.exclusive()] = append(out[s.exclusive()], s)
 	}
 	return out
 }
@@ -595,45 +656,45 @@ func TestBrokenPromisesChecker(t *testing.T) {
 		by      time.Duration
 	}{
 		{"released before the next grant", func(o *oracle) {
-			p := o.granted("a", "w1", "heartbeat", 0, 1, at(0), at(2000))
+			p := o.granted(lock("a"), "w1", "heartbeat", 0, 1, at(0), at(2000))
 			o.releasing(p, at(10))
-			o.granted("a", "w2", "heartbeat", 1, 2, at(20), at(2020))
+			o.granted(lock("a"), "w2", "heartbeat", 1, 2, at(20), at(2020))
 		}, 0, 0},
 		{"granted while a dead holder's promise stood", func(o *oracle) {
-			o.granted("a", "w1", "heartbeat", 0, 1, at(0), at(2000))
-			o.granted("a", "w2", "holder", 1, 2, at(1000), at(3000))
+			o.granted(lock("a"), "w1", "heartbeat", 0, 1, at(0), at(2000))
+			o.granted(lock("a"), "w2", "holder", 1, 2, at(1000), at(3000))
 		}, 1, time.Second},
 		{"a heartbeat's later valid_until counts", func(o *oracle) {
-			p := o.granted("a", "w1", "heartbeat", 0, 1, at(0), at(1000))
+			p := o.granted(lock("a"), "w1", "heartbeat", 0, 1, at(0), at(1000))
 			o.promised(p, at(3000), "heartbeat")
 			o.promised(p, at(1500), "heartbeat") // a lower one does not take it back
 			o.releasing(p, at(5000))
-			o.granted("a", "w2", "trier", 1, 2, at(2000), at(4000))
+			o.granted(lock("a"), "w2", "trier", 1, 2, at(2000), at(4000))
 		}, 1, time.Second},
 		{"a renewal's valid_until counts until the client let go", func(o *oracle) {
-			p := o.granted("a", "h1", "holder", 0, 1, at(0), at(1000))
+			p := o.granted(lock("a"), "h1", "holder", 0, 1, at(0), at(1000))
 			o.promised(p, at(3000), "renewed")
 			o.releasing(p, at(1200))
-			o.granted("a", "w2", "heartbeat", 1, 2, at(1300), at(3300))
+			o.granted(lock("a"), "w2", "heartbeat", 1, 2, at(1300), at(3300))
 		}, 0, 0},
 		{"granted exactly at valid_until", func(o *oracle) {
-			o.granted("a", "w1", "heartbeat", 0, 1, at(0), at(2000))
-			o.granted("a", "w2", "heartbeat", 1, 2, at(2000), at(4000))
+			o.granted(lock("a"), "w1", "heartbeat", 0, 1, at(0), at(2000))
+			o.granted(lock("a"), "w2", "heartbeat", 1, 2, at(2000), at(4000))
 		}, 0, 0},
 		{"other names do not interact", func(o *oracle) {
-			o.granted("a", "w1", "heartbeat", 0, 1, at(0), at(2000))
-			o.granted("b", "w2", "heartbeat", 1, 2, at(10), at(2010))
+			o.granted(lock("a"), "w1", "heartbeat", 0, 1, at(0), at(2000))
+			o.granted(lock("b"), "w2", "heartbeat", 1, 2, at(10), at(2010))
 		}, 0, 0},
 		{"each later grant inside a promise counts", func(o *oracle) {
-			o.granted("a", "w1", "heartbeat", 0, 1, at(0), at(2000))
-			p := o.granted("a", "w2", "heartbeat", 1, 2, at(500), at(2500))
+			o.granted(lock("a"), "w1", "heartbeat", 0, 1, at(0), at(2000))
+			p := o.granted(lock("a"), "w2", "heartbeat", 1, 2, at(500), at(2500))
 			o.releasing(p, at(600))
-			o.granted("a", "w3", "heartbeat", 2, 3, at(700), at(2700))
+			o.granted(lock("a"), "w3", "heartbeat", 2, 3, at(700), at(2700))
 		}, 2, 1500 * time.Millisecond},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			o := newOracle(nil)
+			o := newOracle()
 			tc.history(o)
 			n, by, worst := brokenPromises(o.promises)
 			if n != tc.broken || by != tc.by {

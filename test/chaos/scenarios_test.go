@@ -328,11 +328,12 @@ func stopSidecar(r *run, mode string) {
 	r.c.sidecars[0].stop()
 	at := time.Now()
 	for _, s := range open {
-		r.o.died(s.name, s.owner, at, "sidecar paused")
+		r.o.died(s.target, s.owner, at, "sidecar paused")
 	}
 	r.note("SIGSTOP of sidecar0 holding %d locks, for %v", len(open), 2*keyTTL)
 	r.sleep(2 * keyTTL)
 	r.c.sidecars[0].cont()
+	r.o.froze(0, at, time.Now())
 	r.endFault()
 }
 
@@ -370,11 +371,11 @@ func (r *run) holdAndKill(car *sidecarProc, name string, holdFor time.Duration) 
 	if !ok {
 		return
 	}
-	s := r.o.enter(name, owner, -1, car.idx, h.grant().fence)
+	s := r.o.enter(lock(name), owner, -1, car.idx, h.grant().fence)
 	time.Sleep(holdFor)
 	at := h.kill()
 	r.o.leave(s, at, "killed")
-	r.o.died(name, owner, at, "holder process")
+	r.o.died(lock(name), owner, at, "holder process")
 }
 
 // burst adds nine times the normal callers for the fault time.
@@ -483,8 +484,10 @@ func (r *run) mixedSidecarStop(ctx context.Context, rng *rand.Rand) {
 	i := rng.IntN(len(r.c.sidecars))
 	hold := time.Duration(500+rng.IntN(3500)) * time.Millisecond
 	r.c.sidecars[i].stop()
+	at := time.Now()
 	sleepCtx(ctx, hold)
 	r.c.sidecars[i].cont()
+	r.o.froze(i, at, time.Now())
 	r.note("mixed: SIGSTOP sidecar%d for %v", i, hold)
 }
 

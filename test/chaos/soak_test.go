@@ -38,7 +38,7 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	c := startCluster(t, true)
-	o := newOracle(hotNames)
+	o := newOracle()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	r := &run{t: t, c: c, o: o, ctx: ctx, rng: rand.New(rand.NewPCG(3, 5)), restarted: map[int]bool{}}
