@@ -41,9 +41,10 @@ func main() {
 		addr = client.DefaultAddr
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	c := client.New(addr, nil).WithToken(os.Getenv("SIDELOCK_API_TOKEN"))
-	if err := run(ctx, c, candidate{name: *name, id: *id, every: *every}, os.Stdout); err != nil {
+	err := run(ctx, c, candidate{name: *name, id: *id, every: *every}, os.Stdout)
+	stop()
+	if err != nil {
 		log.Fatal(err)
 	}
 }

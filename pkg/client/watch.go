@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -77,11 +78,11 @@ const defaultRetry = time.Second
 // meanwhile and a fresh "state" once it is back. Cancel ctx to stop.
 func (c *Client) Watch(ctx context.Context, name string) (*Watch, error) {
 	w := &Watch{c: c, name: name, changes: make(chan Change), done: make(chan struct{}), retry: defaultRetry}
-	res, err := w.connect(ctx)
+	stream, err := w.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	go w.run(ctx, res)
+	go w.run(ctx, stream)
 	return w, nil
 }
 
@@ -101,11 +102,11 @@ func (w *Watch) Err() error {
 	return w.err
 }
 
-func (w *Watch) run(ctx context.Context, res *http.Response) {
+func (w *Watch) run(ctx context.Context, stream io.ReadCloser) {
 	defer close(w.done)
 	defer close(w.changes)
 	for {
-		w.lastBroken = w.follow(ctx, res)
+		w.lastBroken = w.follow(ctx, stream)
 		if ctx.Err() != nil {
 			w.err = ctx.Err()
 			return
@@ -115,7 +116,7 @@ func (w *Watch) run(ctx context.Context, res *http.Response) {
 			return
 		}
 		var err error
-		if res, err = w.reconnect(ctx); err != nil {
+		if stream, err = w.reconnect(ctx); err != nil {
 			w.err = err
 			return
 		}
@@ -123,9 +124,9 @@ func (w *Watch) run(ctx context.Context, res *http.Response) {
 }
 
 // follow delivers the stream's changes until it breaks or ctx ends.
-func (w *Watch) follow(ctx context.Context, res *http.Response) error {
-	defer res.Body.Close()
-	sc := bufio.NewScanner(res.Body)
+func (w *Watch) follow(ctx context.Context, stream io.ReadCloser) error {
+	defer stream.Close()
+	sc := bufio.NewScanner(stream)
 	for {
 		ev, err := nextEvent(sc)
 		if err != nil {
@@ -165,7 +166,7 @@ func (w *Watch) deliver(ctx context.Context, ch Change) bool {
 
 // reconnect opens the stream again, after the stream's retry delay,
 // until it is open, ctx ends, or the sidecar refuses it for good.
-func (w *Watch) reconnect(ctx context.Context) (*http.Response, error) {
+func (w *Watch) reconnect(ctx context.Context) (io.ReadCloser, error) {
 	for {
 		t := time.NewTimer(w.retry)
 		select {
@@ -174,15 +175,16 @@ func (w *Watch) reconnect(ctx context.Context) (*http.Response, error) {
 			return nil, ctx.Err()
 		case <-t.C:
 		}
-		res, err := w.connect(ctx)
+		stream, err := w.connect(ctx)
 		if err == nil || ctx.Err() != nil || permanent(err) {
-			return res, err
+			return stream, err
 		}
 	}
 }
 
-// connect opens the watch stream, resuming after the last event seen.
-func (w *Watch) connect(ctx context.Context) (*http.Response, error) {
+// connect opens the watch stream, resuming after the last event seen;
+// the caller closes what it returns.
+func (w *Watch) connect(ctx context.Context) (io.ReadCloser, error) {
 	header := http.Header{"Accept": {"text/event-stream"}}
 	if w.lastID != "" {
 		header.Set("Last-Event-ID", w.lastID)
@@ -195,7 +197,7 @@ func (w *Watch) connect(ctx context.Context) (*http.Response, error) {
 		res.Body.Close()
 		return nil, &notAStream{status: res.Status, contentType: res.Header.Get("Content-Type")}
 	}
-	return res, nil
+	return res.Body, nil
 }
 
 // notAStream is a 2xx answer that is not a watch stream (a sidecar
