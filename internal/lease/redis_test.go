@@ -74,13 +74,23 @@ func newRealFixtureWith(t *testing.T, keyTTL, nodeTimeout time.Duration, wrap fu
 // newRealFixtureOn is a second sidecar's Manager over f's masters.
 func newRealFixtureOn(t *testing.T, f *realFixture, keyTTL time.Duration) *lease.Manager {
 	t.Helper()
-	nodes := make([]redlock.Node, len(f.servers))
+	addrs := make([]string, len(f.servers))
 	for i, s := range f.servers {
-		n := redisnode.New(redisnode.Options{Addr: s.Addr()})
+		addrs[i] = s.Addr()
+	}
+	return managerOver(t, keyTTL, 50*time.Millisecond, addrs...)
+}
+
+// managerOver is a sidecar's Manager over the masters at addrs.
+func managerOver(t *testing.T, keyTTL, nodeTimeout time.Duration, addrs ...string) *lease.Manager {
+	t.Helper()
+	nodes := make([]redlock.Node, len(addrs))
+	for i, a := range addrs {
+		n := redisnode.New(redisnode.Options{Addr: a})
 		t.Cleanup(func() { _ = n.Close() })
 		nodes[i] = n
 	}
-	locker, err := redlock.New(nodes, redlock.Config{NodeTimeout: 50 * time.Millisecond, Fencing: true})
+	locker, err := redlock.New(nodes, redlock.Config{NodeTimeout: nodeTimeout, Fencing: true})
 	if err != nil {
 		t.Fatal(err)
 	}

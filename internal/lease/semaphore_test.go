@@ -12,8 +12,6 @@ import (
 
 	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/internal/redistest"
-	"github.com/sidelock/sidelock/pkg/redlock"
-	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )
 
 func permit(name string, permits int) lease.Request {
@@ -142,7 +140,7 @@ func TestSemaphoreCounterExample(t *testing.T) {
 	t.Run("slots admit two", func(t *testing.T) {
 		admitted := 0
 		for caller := range reach {
-			m := managerOver(t, addr(caller, 0), addr(caller, 1), addr(caller, 2))
+			m := managerOver(t, 5*time.Second, 100*time.Millisecond, addr(caller, 0), addr(caller, 1), addr(caller, 2))
 			_, err := m.Semaphores().Acquire(ctx, permit("pay", 2))
 			switch {
 			case err == nil:
@@ -179,27 +177,6 @@ func deadAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	return addr
-}
-
-// managerOver is a sidecar's Manager over the masters at addrs.
-func managerOver(t *testing.T, addrs ...string) *lease.Manager {
-	t.Helper()
-	nodes := make([]redlock.Node, len(addrs))
-	for i, a := range addrs {
-		n := redisnode.New(redisnode.Options{Addr: a})
-		t.Cleanup(func() { _ = n.Close() })
-		nodes[i] = n
-	}
-	locker, err := redlock.New(nodes, redlock.Config{NodeTimeout: 100 * time.Millisecond, Fencing: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "t:", KeyTTL: 5 * time.Second, DefaultTTL: 10 * time.Second, MaxTTL: time.Hour, MaxWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close(context.Background()) })
-	return m
 }
 
 // Many callers over two sidecars contend for three permits; at no moment

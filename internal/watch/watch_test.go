@@ -22,6 +22,12 @@ type sidecar struct {
 
 func newSidecar(t *testing.T, servers []*redistest.Server, keyTTL, poll time.Duration) *sidecar {
 	t.Helper()
+	return newSidecarWith(t, servers, keyTTL, watch.Config{Poll: poll})
+}
+
+// newSidecarWith is newSidecar with the Hub's config (its Source is set).
+func newSidecarWith(t *testing.T, servers []*redistest.Server, keyTTL time.Duration, cfg watch.Config) *sidecar {
+	t.Helper()
 	nodes := make([]redlock.Node, len(servers))
 	for i, s := range servers {
 		n := redisnode.New(redisnode.Options{Addr: s.Addr()})
@@ -33,7 +39,8 @@ func newSidecar(t *testing.T, servers []*redistest.Server, keyTTL, poll time.Dur
 		t.Fatal(err)
 	}
 	s := &sidecar{}
-	s.hub = watch.New(watch.Config{Source: source{s}, Poll: poll})
+	cfg.Source = source{s}
+	s.hub = watch.New(cfg)
 	s.m, err = lease.NewManager(locker, lease.Config{
 		KeyPrefix: "t:", KeyTTL: keyTTL, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: 5 * time.Second,
 		Changed: s.hub.Changed,
@@ -199,24 +206,8 @@ func TestWatchUnavailableThenStateAgain(t *testing.T) {
 // Streams are bounded, a reader that falls behind is cut off rather than
 // holding up the others, and Close ends every stream.
 func TestWatchBounds(t *testing.T) {
-	servers := redistest.StartN(t, 3)
-	s := &sidecar{}
-	nodes := []redlock.Node{}
-	for _, srv := range servers {
-		n := redisnode.New(redisnode.Options{Addr: srv.Addr()})
-		t.Cleanup(func() { _ = n.Close() })
-		nodes = append(nodes, n)
-	}
-	locker, err := redlock.New(nodes, redlock.Config{Fencing: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hub := watch.New(watch.Config{Source: source{s}, MaxStreams: 2})
-	s.m, err = lease.NewManager(locker, lease.Config{KeyPrefix: "t:", KeyTTL: 2 * time.Second, DefaultTTL: 10 * time.Second, MaxTTL: time.Hour, Changed: hub.Changed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.m.Close(context.Background()) })
+	s := newSidecarWith(t, redistest.StartN(t, 3), 2*time.Second, watch.Config{MaxStreams: 2})
+	hub := s.hub
 
 	slow, _, err := hub.Subscribe("a")
 	if err != nil {
