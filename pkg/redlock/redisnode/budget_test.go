@@ -226,7 +226,7 @@ func testConnectionBudget(t *testing.T, maxConns int) {
 	close(stop)
 	samples := <-sampled
 
-	st := n.Stats()
+	st := settledStats(n, calls.Load())
 	if st.Calls != calls.Load() || st.Batches == 0 || st.Batches > st.Calls {
 		t.Errorf("Stats: %d calls in %d batches, want %d calls in 1..%[3]d batches", st.Calls, st.Batches, calls.Load())
 	}
@@ -247,4 +247,18 @@ func testConnectionBudget(t *testing.T, maxConns int) {
 		maxStats.CommandConns, maxStats.Subscriptions, maxStats.InFlightPipelines, maxStats.QueuedCalls)
 	t.Logf("%d calls in %d batches: %.1f calls per round trip; mean queue wait %v",
 		st.Calls, st.Batches, float64(st.Calls)/float64(st.Batches), st.QueueWait/time.Duration(st.Calls))
+}
+
+// settledStats is n's Stats once the last batch has been counted (or after
+// 2s): a batch is counted after its callers have their replies
+// (pipeline.go), so a caller can return before its batch is.
+func settledStats(n *redisnode.Node, calls uint64) redisnode.Stats {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		st := n.Stats()
+		if st.Calls == calls && st.InFlightPipelines == 0 && st.QueuedCalls == 0 || time.Now().After(deadline) {
+			return st
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
