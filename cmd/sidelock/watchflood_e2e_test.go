@@ -9,29 +9,28 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/sidelock/sidelock/internal/watch"
 )
 
-// A flood of watch streams on distinct names fills the sidecar's cap and
-// no more: the next is refused as 429 too_many_watchers with a retry hint,
+// A flood of watch streams on distinct names fills the sidecar's cap
+// (SIDELOCK_MAX_WATCHERS, here 32) and no more: the next is refused as 429 too_many_watchers with a retry hint,
 // while a caller's lock keeps being renewed and extended, new locks are
 // granted and /healthz answers. Closing the streams frees the cap.
 func TestE2EWatchFloodIsBoundedAndCostsNoLock(t *testing.T) {
-	s := startSidecar(t, durableMasters(t, 3), "SIDELOCK_KEY_TTL=2s")
+	const maxWatchers = 32
+	s := startSidecar(t, durableMasters(t, 3), "SIDELOCK_KEY_TTL=2s", fmt.Sprintf("SIDELOCK_MAX_WATCHERS=%d", maxWatchers))
 	token := s.acquire(t, "/locks/precious?ttl=30s")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: watch.DefaultMaxStreams}}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: maxWatchers}}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // runs before wg.Wait: the streams end first
-	opened := make(chan error, watch.DefaultMaxStreams)
-	for i := range watch.DefaultMaxStreams {
+	opened := make(chan error, maxWatchers)
+	for i := range maxWatchers {
 		wg.Go(func() { followWatch(ctx, client, fmt.Sprintf("%s/locks/flood/%d?watch=true", s.api, i), opened) })
 	}
-	for range watch.DefaultMaxStreams {
+	for range maxWatchers {
 		if err := <-opened; err != nil {
 			t.Fatalf("a watch under the cap: %v", err)
 		}

@@ -54,6 +54,7 @@ type Config struct {
 	MaxLocks          int           `envconfig:"MAX_LOCKS"`
 	MaxWaiters        int           `envconfig:"MAX_WAITERS"`
 	MaxWaitersPerName int           `envconfig:"MAX_WAITERS_PER_NAME"`
+	MaxWatchers       int           `envconfig:"MAX_WATCHERS"`
 	MaxConns          int           `envconfig:"MAX_CONNS"`
 	Fencing           bool          `envconfig:"FENCING"`
 	FenceRetention    time.Duration `envconfig:"FENCE_RETENTION"`

@@ -208,6 +208,10 @@ var settings = indexFields([]Setting{
 			"(0: a quarter of SIDELOCK_MAX_WAITERS); beyond, 429 too_many_waiters",
 		Why:   " (0: a quarter of it)",
 		Chart: "sidecar.config.maxWaitersPerName"},
+	{Env: "SIDELOCK_MAX_WATCHERS", Default: 256, Min: atLeast(1), Max: atMost(MaxMaxLocks),
+		Doc: "most watch streams (GET /locks/{name}?watch=true) open on this sidecar at once; each watched name costs a read of the masters " +
+			"every second; beyond, 429 too_many_watchers (every stream is also a connection under SIDELOCK_MAX_CONNS)",
+		Chart: "sidecar.config.maxWatchers"},
 	{Env: "SIDELOCK_MAX_CONNS", Default: 1024, Min: atLeast(MinMaxConns), Max: atMost(MaxMaxConns),
 		Doc: "most lock API connections open at once (every waiter and held stream is one, so it bounds them too); " +
 			"at the cap a connection that never sent a request or an idle keep-alive one is closed to make room, else the newcomer gets 429 overloaded; " +

@@ -165,7 +165,7 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (_ *Sidecar, er
 	if err != nil {
 		return nil, err
 	}
-	s.watches = watch.New(watch.Config{Source: s.leases})
+	s.watches = watch.New(watch.Config{Source: s.leases, MaxStreams: cfg.MaxWatchers})
 	if s.lns, err = listen(cfg, reg); err != nil {
 		_ = s.leases.Close(context.Background()) // holds nothing yet
 		return nil, err

@@ -44,8 +44,9 @@ type Source interface {
 // Defaults and bounds.
 const (
 	DefaultPoll = time.Second
-	// DefaultMaxStreams bounds the watch streams of a sidecar: each watched
-	// name costs a round to the masters every Poll.
+	// DefaultMaxStreams bounds the watch streams of a sidecar unless told
+	// otherwise (SIDELOCK_MAX_WATCHERS): each watched name costs a round to
+	// the masters every Poll.
 	DefaultMaxStreams = 256
 	// fastPoll is the poll for fastPolls reads after a change: a waiting
 	// successor takes a released name within a round or two.

@@ -107,7 +107,7 @@ port and probes so they cannot drift apart; the lock API stays on loopback.
   value: {{ index $sc.config $key | toString | quote }}
 {{- end }}
 {{- /* Integers: int64 first, or YAML's float64 would print 1e+06. */}}
-{{- range $key, $var := dict "maxLocks" "SIDELOCK_MAX_LOCKS" "maxWaiters" "SIDELOCK_MAX_WAITERS" "maxWaitersPerName" "SIDELOCK_MAX_WAITERS_PER_NAME" "maxConns" "SIDELOCK_MAX_CONNS" "redisMaxConns" "SIDELOCK_REDIS_MAX_CONNS" }}
+{{- range $key, $var := dict "maxLocks" "SIDELOCK_MAX_LOCKS" "maxWaiters" "SIDELOCK_MAX_WAITERS" "maxWaitersPerName" "SIDELOCK_MAX_WAITERS_PER_NAME" "maxWatchers" "SIDELOCK_MAX_WATCHERS" "maxConns" "SIDELOCK_MAX_CONNS" "redisMaxConns" "SIDELOCK_REDIS_MAX_CONNS" }}
 - name: {{ $var }}
   value: {{ index $sc.config $key | int64 | toString | quote }}
 {{- end }}
