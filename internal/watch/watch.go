@@ -262,7 +262,7 @@ func (h *Hub) read(t *topic) (lease.Status, error) {
 func (h *Hub) newHolder(t *topic, st lease.Status) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return st.Held && (!t.known || !t.last.Held || t.last.Grant != st.Grant)
+	return t.newGrantLocked(st)
 }
 
 // apply tells t's streams what a read found, and returns the kind of
@@ -320,6 +320,12 @@ func (t *topic) signal() {
 	}
 }
 
+// newGrantLocked tells whether st shows a holder other than the last one
+// read (or the first). The caller holds the Hub's lock.
+func (t *topic) newGrantLocked(st lease.Status) bool {
+	return st.Held && (!t.known || !t.last.Held || t.last.Grant != st.Grant)
+}
+
 func (t *topic) stateChange() Change {
 	return Change{Kind: KindState, Status: t.last, Since: t.since}
 }
@@ -334,9 +340,8 @@ func (t *topic) next(st lease.Status, err error, announced bool) (Change, bool) 
 		t.unavailable = true
 		return Change{Kind: KindUnavailable, Err: err}, true
 	}
-	prev, wasKnown := t.last, t.known
+	prev, wasKnown, newHolder := t.last, t.known, t.newGrantLocked(st)
 	t.known, t.unavailable, t.last = true, false, st
-	newHolder := st.Held && (!wasKnown || !prev.Held || prev.Grant != st.Grant)
 	switch {
 	case newHolder:
 		t.since = time.Now()
