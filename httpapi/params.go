@@ -32,16 +32,23 @@ type lockParams struct {
 type intText string
 
 func (n *intText) UnmarshalJSON(data []byte) error {
+	text, err := numberOrString(data, "permits must be an integer")
+	*n = intText(text)
+	return err
+}
+
+// numberOrString is a JSON number as written (so that it follows exactly
+// the grammar of its text) or a JSON string's value; anything else is
+// refused with why.
+func numberOrString(data []byte, why string) (string, error) {
 	if len(data) > 0 && (data[0] == '-' || '0' <= data[0] && data[0] <= '9') {
-		*n = intText(data)
-		return nil
+		return string(data), nil
 	}
 	var s string
 	if err := json.Unmarshal(data, &s); err != nil {
-		return errors.New("permits must be an integer")
+		return "", errors.New(why)
 	}
-	*n = intText(s)
-	return nil
+	return s, nil
 }
 
 // maxPermitsDigits bounds the text of permits, well above MaxPermits's.
@@ -95,16 +102,9 @@ func hold(v *jsonBool) (bool, error) {
 type durationText string
 
 func (d *durationText) UnmarshalJSON(data []byte) error {
-	if len(data) > 0 && (data[0] == '-' || '0' <= data[0] && data[0] <= '9') {
-		*d = durationText(data)
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return errors.New("ttl, wait and max_hold must be a string or a number of seconds")
-	}
-	*d = durationText(s)
-	return nil
+	text, err := numberOrString(data, "ttl, wait and max_hold must be a string or a number of seconds")
+	*d = durationText(text)
+	return err
 }
 
 // tokenHeader carries the lease token (preferred: it stays out of URLs and
@@ -239,15 +239,12 @@ func truncate(s string) string {
 
 func queryParams(rawQuery string) (lockParams, error) {
 	var p lockParams
-	q, err := url.ParseQuery(rawQuery)
+	q, err := strictQuery(rawQuery, "ttl", "wait", "owner", "token", "hold", "max_hold", "permits")
 	if err != nil {
-		return p, badRequest(codeInvalidQuery, "malformed query string: %v", err)
+		return p, err
 	}
-	for key, values := range q {
-		if len(values) != 1 {
-			return p, badRequest(codeInvalidQuery, "parameter %q is given more than once", truncate(key))
-		}
-		v := values[0]
+	for key := range q {
+		v := q.Get(key)
 		switch key {
 		case "ttl":
 			p.TTL = (*durationText)(&v)
@@ -263,8 +260,6 @@ func queryParams(rawQuery string) (lockParams, error) {
 			p.Token = &v
 		case "permits":
 			p.Permits = (*intText)(&v)
-		default:
-			return p, badRequest(codeInvalidQuery, "unknown parameter %q (known: ttl, wait, owner, token, hold, max_hold, permits)", truncate(key))
 		}
 	}
 	return p, nil
@@ -495,19 +490,19 @@ func permitsParam(k kind, v *intText) (int, error) {
 	return permitsValue(*v)
 }
 
-// inspectQuery reads the query of a GET that inspects: only the names in
-// allowed, each at most once.
-func inspectQuery(rawQuery string, allowed ...string) (url.Values, error) {
+// strictQuery reads a query string that may name only the parameters in
+// allowed, each at most once: a typo never silently takes a default.
+func strictQuery(rawQuery string, allowed ...string) (url.Values, error) {
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
 		return nil, badRequest(codeInvalidQuery, "malformed query string: %v", err)
 	}
 	for key, values := range q {
 		if !slices.Contains(allowed, key) {
-			return nil, badRequest(codeInvalidQuery, "unknown parameter %q (known here: %s)", truncate(key), strings.Join(allowed, ", "))
+			return nil, badRequest(codeInvalidQuery, "unknown parameter %q (known: %s)", truncate(key), strings.Join(allowed, ", "))
 		}
 		if len(values) != 1 {
-			return nil, badRequest(codeInvalidQuery, "parameter %q is given more than once", key)
+			return nil, badRequest(codeInvalidQuery, "parameter %q is given more than once", truncate(key))
 		}
 	}
 	return q, nil
@@ -516,7 +511,7 @@ func inspectQuery(rawQuery string, allowed ...string) (url.Values, error) {
 // watchParam reads a lock inspection's query: nothing, or watch=true to
 // stream the holder.
 func watchParam(rawQuery string) (bool, error) {
-	q, err := inspectQuery(rawQuery, "watch")
+	q, err := strictQuery(rawQuery, "watch")
 	if err != nil || !q.Has("watch") {
 		return false, err
 	}
@@ -531,7 +526,7 @@ func watchParam(rawQuery string) (bool, error) {
 
 // permitsQuery reads a semaphore inspection's query: permits, required.
 func permitsQuery(rawQuery string) (int, error) {
-	q, err := inspectQuery(rawQuery, "permits")
+	q, err := strictQuery(rawQuery, "permits")
 	if err != nil {
 		return 0, err
 	}
