@@ -54,9 +54,16 @@ func (ft *fuzzTarget) serve(t *testing.T, req *http.Request) *httptest.ResponseR
 		t.Fatalf("%s %q: body is not JSON: %q", req.Method, req.URL, rec.Body)
 	}
 	if rec.Code == http.StatusOK && req.Method == http.MethodPost && !stream {
-		var body struct{ Name, Token string }
+		var body struct {
+			Name, Token string
+			Permits     int
+		}
 		_ = json.Unmarshal(rec.Body.Bytes(), &body)
-		if err := ft.m.Release(context.Background(), body.Name, body.Token); err != nil {
+		release := ft.m.Release
+		if body.Permits > 0 {
+			release = ft.m.Semaphores().Release
+		}
+		if err := release(context.Background(), body.Name, body.Token); err != nil {
 			t.Fatalf("releasing a fuzzed grant: %v", err)
 		}
 	}
@@ -67,9 +74,14 @@ func (ft *fuzzTarget) serve(t *testing.T, req *http.Request) *httptest.ResponseR
 }
 
 func newRequest(method, target, body string) *http.Request {
+	return newRequestIn("/locks/", method, target, body)
+}
+
+// newRequestIn is newRequest for a kind's path prefix.
+func newRequestIn(prefix, method, target, body string) *http.Request {
 	req := httptest.NewRequest(method, "http://127.0.0.1:7420/", strings.NewReader(body))
 	req.URL.RawPath = ""
-	req.URL.Path = "/locks/" + target
+	req.URL.Path = prefix + target
 	req.RequestURI = ""
 	return req
 }
@@ -89,6 +101,43 @@ func FuzzAcquireParams(f *testing.F) {
 	ft := newFuzzTarget(f)
 	f.Fuzz(func(t *testing.T, name, query, body string) {
 		req := newRequest(http.MethodPost, name, body)
+		req.URL.RawQuery = query
+		ft.serve(t, req)
+	})
+}
+
+// FuzzSemaphoreParams throws names, query strings and bodies at a
+// semaphore's acquire: permits joins the parameters.
+func FuzzSemaphoreParams(f *testing.F) {
+	f.Add("pool", "permits=3&ttl=5s", "")
+	f.Add("pool", "", `{"permits":2,"wait":"0s"}`)
+	f.Add("pool", "permits=0", `{"permits":"3"}`)
+	f.Add("pool", "permits=65&permits=2", "")
+	f.Add("pool", "", `{"permits":-1e309}`)
+	f.Add("pool", "permits=1.5&hold=true", "")
+	ft := newFuzzTarget(f)
+	f.Fuzz(func(t *testing.T, name, query, body string) {
+		req := newRequestIn("/semaphores/", http.MethodPost, name, body)
+		req.URL.RawQuery = query
+		ft.serve(t, req)
+	})
+}
+
+// FuzzInspectQuery throws query strings at the inspections of a lock (a
+// watch among them) and of a semaphore.
+func FuzzInspectQuery(f *testing.F) {
+	f.Add(false, "guarded", "")
+	f.Add(false, "guarded", "watch=true")
+	f.Add(false, "x", "watch=1&watch=0")
+	f.Add(true, "pool", "permits=4")
+	f.Add(true, "pool", "permits=99999&watch=true")
+	ft := newFuzzTarget(f)
+	f.Fuzz(func(t *testing.T, semaphore bool, name, query string) {
+		prefix := "/locks/"
+		if semaphore {
+			prefix = "/semaphores/"
+		}
+		req := newRequestIn(prefix, http.MethodGet, name, "")
 		req.URL.RawQuery = query
 		ft.serve(t, req)
 	})
