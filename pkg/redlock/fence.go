@@ -93,6 +93,13 @@ func (l *Locker) acquireFenced(ctx context.Context, key, value string, ttl time.
 		ok, holderTTL, floor, err := n.(Fencer).AcquireFenced(ctx, key, fenceKey, value, ttl)
 		return reply{ok: ok, held: err == nil && !ok, ttl: holderTTL, fence: floor, err: err}
 	})
+	return l.grantFenced(ctx, key, value, replies, start, ttl, floor)
+}
+
+// grantFenced judges a fenced acquisition round and commits the fence
+// above the floors it read (and floor); on any failure it releases
+// everywhere.
+func (l *Locker) grantFenced(ctx context.Context, key, value string, replies []reply, start time.Time, ttl time.Duration, floor int64) (Grant, error) {
 	t := tally(replies)
 	if _, err := l.judge(t, start, ttl); err != nil {
 		return Grant{}, l.failAcquire(ctx, key, value, replies, t, err)

@@ -19,6 +19,8 @@ var (
 	_ redlock.Node           = (*Node)(nil)
 	_ redlock.ReleaseWatcher = (*Node)(nil)
 	_ redlock.BatchExtender  = (*Node)(nil)
+	_ redlock.Fencer         = (*Node)(nil)
+	_ redlock.RWNode         = (*Node)(nil)
 )
 
 func TestConformance(t *testing.T) {

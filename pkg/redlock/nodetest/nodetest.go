@@ -98,6 +98,7 @@ func Run(t *testing.T, newNode func(t *testing.T) redlock.Node) {
 		{"MembersRefreshNeverShortens", testMembersRefresh},
 		{"MembersKeyVanishes", testMembersKeyVanishes},
 		{"MembersFinishedContext", testMembersFinishedContext},
+		{"ReadWrite", testReadWrite}, // subtests skipped for nodes that are not redlock.RWNode
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
