@@ -49,6 +49,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -141,6 +142,18 @@ func Pick(names []string, key string) int {
 	return best
 }
 
+// routingKey is the part of key that picks its group: up to its first
+// '#'. Lock names and key prefixes cannot contain '#', so a lock routes by
+// its whole key, and the keys derived from one name (a semaphore's slots,
+// a read/write lock's writer, reader and intent keys) all route with it:
+// a read/write lock's keys must share their masters.
+func routingKey(key string) string {
+	if i := strings.IndexByte(key, '#'); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
 // score is 64-bit FNV-1a over name, a zero byte and key, with a final mix
 // so that close inputs spread over the whole range. (Written out rather
 // than with hash/fnv so that routing a key allocates nothing.)
@@ -189,6 +202,7 @@ func (r *Router) route(key string) (home, prev *redlock.Locker) {
 	if len(r.current) == 1 && r.previous == nil {
 		return r.current[0], nil
 	}
+	key = routingKey(key)
 	home = r.current[Pick(r.currentNames, key)]
 	if r.previous == nil {
 		return home, nil
@@ -203,22 +217,34 @@ func (r *Router) route(key string) (home, prev *redlock.Locker) {
 // Acquire takes key in its group; a moving key is taken in its previous
 // group first, then in its new one (see the package doc).
 func (r *Router) Acquire(ctx context.Context, key, value string, ttl time.Duration) (redlock.Grant, error) {
+	return r.acquireIn(ctx, key, value, func(g *redlock.Locker, floor int64) (redlock.Grant, error) {
+		return g.AcquireAbove(ctx, key, value, ttl, floor)
+	})
+}
+
+// acquireIn takes key in its group with acquire (floor 0). A moving key is
+// taken in its previous group first, then in its new one with a fence
+// above the first grant's, which is then raised in the previous group; it
+// is valid until the earlier of the two grants ends.
+func (r *Router) acquireIn(ctx context.Context, key, value string, acquire func(g *redlock.Locker, floor int64) (redlock.Grant, error)) (redlock.Grant, error) {
 	home, prev := r.route(key)
 	if prev == nil {
-		return home.Acquire(ctx, key, value, ttl)
+		return acquire(home, 0)
 	}
-	old, err := prev.Acquire(ctx, key, value, ttl)
+	old, err := acquire(prev, 0)
 	if err != nil {
 		return redlock.Grant{}, err
 	}
-	grant, err := home.AcquireAbove(ctx, key, value, ttl, old.Fence)
+	grant, err := acquire(home, old.Fence)
 	if err != nil {
 		_ = prev.Release(ctx, key, value)
 		return redlock.Grant{}, err
 	}
-	if err := prev.RaiseFence(ctx, key, value, grant.Fence); err != nil {
-		_ = r.releaseBoth(ctx, home, prev, key, value)
-		return redlock.Grant{}, err
+	if grant.Fence != 0 {
+		if err := prev.RaiseFence(ctx, key, value, grant.Fence); err != nil {
+			_ = r.releaseBoth(ctx, home, prev, key, value)
+			return redlock.Grant{}, err
+		}
 	}
 	grant.ValidUntil = earlier(old.ValidUntil, grant.ValidUntil)
 	return grant, nil
