@@ -41,7 +41,7 @@ type subscriber struct{ ch chan Event }
 // with token. The channel delivers renewed and expiring events, then one
 // EventEnded, and is closed after it. cancel stops the subscription early.
 func (m *Manager) Watch(name, token string) (events <-chan Event, cancel func(), err error) {
-	return m.watch(m.findLock, name, token)
+	return m.watch(m.findAmong(target{}), name, token)
 }
 
 func (m *Manager) watch(find finder, name, token string) (events <-chan Event, cancel func(), err error) {

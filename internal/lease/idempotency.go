@@ -30,10 +30,11 @@ type replayKey struct {
 	owner   string
 	maxHold time.Duration
 	permits int
+	mode    Mode
 }
 
 func replayKeyOf(req Request) replayKey {
-	return replayKey{key: req.IdempotencyKey, ttl: req.TTL, owner: req.Owner, maxHold: req.MaxHold, permits: req.Permits}
+	return replayKey{key: req.IdempotencyKey, ttl: req.TTL, owner: req.Owner, maxHold: req.MaxHold, permits: req.Permits, mode: req.Mode}
 }
 
 // validateIdempotencyKey checks the key's size and alphabet (visible ASCII,
@@ -71,7 +72,7 @@ func (m *Manager) replay(req Request) (Info, bool, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, id := range resourceIDs(req.Name, req.Permits) {
+	for _, id := range req.target().resources() {
 		l, ok := m.leases[id]
 		if !ok || l.replay.key == "" || subtle.ConstantTimeCompare([]byte(l.replay.key), []byte(req.IdempotencyKey)) != 1 {
 			continue

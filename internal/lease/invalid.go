@@ -13,6 +13,7 @@ const (
 	ParamMaxHold = "max_hold"
 	ParamOwner   = "owner"
 	ParamPermits = "permits"
+	ParamMode    = "mode"
 )
 
 // ParamError is a request refused for the value of one parameter (out of

@@ -26,8 +26,10 @@ type lease struct {
 	// res is what the lease holds, and its key in the Manager's maps: the
 	// name for a lock, one slot of it for a semaphore (semaphore.go).
 	res     string
-	permits int // 0 for a lock
-	slot    int // 1..permits for a semaphore, 0 for a lock
+	permits int      // 0 but for a semaphore
+	mode    Mode     // "" but for a read/write lock
+	slot    int      // 1..permits for a semaphore, 1..MaxReaders for a reader, else 0
+	set     *lockSet // the set the lease is one lock of (lockset.go); guarded by the Manager's lock
 	key     string
 	value   string
 	token   string
@@ -90,22 +92,28 @@ type lease struct {
 const tokenBytes = 16
 
 func newLease(m *Manager, req Request, slot int) (*lease, error) {
-	token, err := newSecret()
-	if err != nil {
-		return nil, err
+	token := req.token
+	var err error
+	if token == "" {
+		if token, err = newSecret(); err != nil {
+			return nil, err
+		}
 	}
-	id, err := newSecret()
-	if err != nil {
-		return nil, err
+	id := req.grantID
+	if id == "" {
+		if id, err = newSecret(); err != nil {
+			return nil, err
+		}
 	}
 	now := time.Now()
 	return &lease{
 		m:          m,
 		name:       req.Name,
-		res:        resourceID(req.Name, slot),
+		res:        req.target().resource(slot),
 		permits:    req.Permits,
+		mode:       req.Mode,
 		slot:       slot,
-		key:        m.cfg.KeyPrefix + resourceID(req.Name, slot),
+		key:        m.cfg.KeyPrefix + req.target().resource(slot),
 		value:      masterValue(id, req.Owner),
 		token:      token,
 		owner:      req.Owner,
@@ -354,21 +362,26 @@ func (l *lease) end(reason EndReason, cause error) {
 		err = l.m.locker.Release(context.Background(), l.key, l.value)
 	}
 	l.m.mu.Lock()
-	l.m.wakeQueueLocked(queueID(l.name, l.permits))
+	l.m.wakeQueueLocked(l.target().queue())
 	l.closeSubscribersLocked(reason, valid)
 	l.m.mu.Unlock()
 	l.m.changed(l)
 	l.m.obs.Ended(reason)
 	l.logEnd(reason, cause, valid, err)
+	l.endSiblings(reason, cause)
 }
 
 // logAttrs names the lease in log lines: its name and owner, and for a
-// semaphore's permit its slot of how many. Never the token.
+// semaphore's permit its slot of how many, for a read/write lock its side.
+// Never the token.
 func (l *lease) logAttrs() []any {
-	if l.permits == 0 {
-		return []any{"name", l.name, "owner", l.owner}
+	switch l.target().kind() {
+	case KindSemaphore:
+		return []any{"semaphore", l.name, "owner", l.owner, "slot", l.slot, "permits", l.permits}
+	case KindRWLock:
+		return []any{"rwlock", l.name, "owner", l.owner, "mode", string(l.mode), "slot", l.slot}
 	}
-	return []any{"semaphore", l.name, "owner", l.owner, "slot", l.slot, "permits", l.permits}
+	return []any{"name", l.name, "owner", l.owner}
 }
 
 // errNoCause stands for the cause of a loss that was not given one, so
@@ -485,6 +498,7 @@ func (l *lease) infoLocked(withToken bool) Info {
 		Name:           l.name,
 		Permits:        l.permits,
 		Slot:           l.slot,
+		Mode:           l.mode,
 		Owner:          l.owner,
 		TTL:            l.ttl,
 		AcquiredAt:     l.acquiredAt,

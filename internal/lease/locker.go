@@ -15,6 +15,8 @@ type Locker interface {
 	Acquire(ctx context.Context, key, value string, ttl time.Duration) (redlock.Grant, error)
 	Extend(ctx context.Context, key, value string, ttl time.Duration) (redlock.Grant, error)
 	ExtendMany(ctx context.Context, items []redlock.ExtendItem) ([]redlock.Grant, []error)
+	AcquireReader(ctx context.Context, key, value string, ttl time.Duration, rw redlock.RWKeys) (redlock.Grant, error)
+	AcquireWriter(ctx context.Context, value string, ttl time.Duration, rw redlock.RWKeys) (redlock.Grant, error)
 	Release(ctx context.Context, key, value string) error
 	Inspect(ctx context.Context, key string) (redlock.Holder, error)
 	WatchReleases(key string, notify func()) (cancel func())

@@ -163,6 +163,20 @@ type Request struct {
 	// asks for the lock Name. Semaphores and locks are separate spaces:
 	// the semaphore "x" and the lock "x" are unrelated.
 	Permits int
+	// Mode makes the request take the read/write lock Name, shared (one
+	// of many readers) or exclusive (its one writer); see rwlock.go. ""
+	// asks for a lock or a semaphore. Read/write locks are a space of
+	// their own too.
+	Mode Mode
+
+	// grantID, when set, is the random part of the value every try of
+	// this request puts on the masters (one per Acquire call): a writer's
+	// tries leave their intent under it, and a writer that gives up
+	// releases its intent by it.
+	grantID string
+	// token, when set, is the lease's token: the locks of a set share
+	// theirs (lockset.go).
+	token string
 }
 
 // Info describes a lease held through this sidecar.
@@ -178,7 +192,11 @@ type Info struct {
 	Hold           bool      // kept alive by the caller's connection
 	MaxHoldAt      time.Time // when the lease ends whatever happens (zero: never)
 	Permits        int       // a semaphore's permits (0 for a lock)
-	Slot           int       // the semaphore slot held, 1..Permits (0 for a lock)
+	Slot           int       // the slot held: 1..Permits for a semaphore, 1..MaxReaders for a reader, else 0
+	Mode           Mode      // a read/write lock's side ("" for locks and semaphores)
+	// Locks are a lock set's locks, by name (each with its own fence and
+	// validity); the set's ValidUntil is the earliest of theirs.
+	Locks []Info
 }
 
 // Status is what the masters say about a lock name.
@@ -188,7 +206,7 @@ type Status struct {
 	Owner      string
 	ValidUntil time.Time
 	Fence      int64
-	Slot       int // for a semaphore's holder: the slot it holds
+	Slot       int // for a semaphore's holder or a reader: the slot it holds
 	// Grant tells grants apart: the random part of the value the masters
 	// hold, unique per grant. It is not a token (it can neither extend
 	// nor release through the API), but it is not published either.
@@ -209,9 +227,9 @@ type Manager struct {
 
 	mu      sync.Mutex
 	closing bool
-	leases  map[string]*lease   // live leases by resource (resourceID)
+	leases  map[string]*lease   // live leases by resource (target.resource)
 	pending map[string]struct{} // resources being acquired right now
-	queues  map[string]*queue   // callers waiting, by queueID
+	queues  map[string]*queue   // callers waiting, by target.queue
 	waiting int                 // callers in all queues
 	// renewals is the renewal grid: leases by the slot they renew in.
 	renewals    map[int64][]*lease
@@ -272,11 +290,19 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Info, error) {
 		m.obs.Acquisition(outcomeOf(err), time.Since(start))
 		return info, err
 	}
+	if req.Mode == ModeExclusive {
+		if req.grantID, err = newSecret(); err != nil {
+			return Info{}, err
+		}
+	}
 	if req.Wait == 0 {
 		info, err = m.tryAcquireOnce(ctx, req, start)
 	} else {
 		info, err = m.acquireWaitingWithinLimit(ctx, req, start.Add(req.Wait))
 		m.obs.Waited(outcomeOf(err), time.Since(start))
+	}
+	if err != nil {
+		m.releaseIntent(req)
 	}
 	m.obs.Acquisition(outcomeOf(err), time.Since(start))
 	m.logAcquisition(req, info, err, time.Since(start))
@@ -313,22 +339,26 @@ func (m *Manager) tryAcquireOnce(ctx context.Context, req Request, start time.Ti
 	}
 }
 
-// tryAcquire makes one try for req: one round to the masters for a lock,
-// one round per slot tried for a semaphore (semaphore.go).
+// tryAcquire makes one try for req: one round to the masters for a lock
+// or a writer, one round per slot tried for a semaphore (semaphore.go) or
+// a reader (rwlock.go).
 func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (Info, error) {
-	if req.Permits > 0 {
+	switch {
+	case req.Mode == ModeShared:
+		return m.tryAcquireReader(ctx, req, fromQueue)
+	case req.Permits > 0:
 		return m.tryAcquireSemaphore(ctx, req, fromQueue)
 	}
 	return m.tryAcquireSlot(ctx, req, 0, fromQueue)
 }
 
-// tryAcquireSlot makes one round to the masters for a lock (slot 0) or one
-// slot of a semaphore. A caller outside the queue (fromQueue false) does
+// tryAcquireSlot makes one round to the masters for a lock or a writer
+// (slot 0), one slot of a semaphore or one reader's slot. A caller outside the queue (fromQueue false) does
 // not jump ahead of waiters. A caller whose ctx ended during the round
 // holds nothing and hears ctx's error, whatever the masters answered: a
 // round cut short says nothing about them.
 func (m *Manager) tryAcquireSlot(ctx context.Context, req Request, slot int, fromQueue bool) (Info, error) {
-	res := resourceID(req.Name, slot)
+	res := req.target().resource(slot)
 	if err := m.reserve(res, fromQueue); err != nil {
 		return Info{}, err
 	}
@@ -368,6 +398,12 @@ func (m *Manager) acquireAdmitted(ctx context.Context, l *lease) (redlock.Grant,
 		return redlock.Grant{}, err
 	}
 	defer leave()
+	switch l.mode {
+	case ModeShared:
+		return m.locker.AcquireReader(ctx, l.key, l.value, l.keyTTL, m.rwKeys(l.name))
+	case ModeExclusive:
+		return m.locker.AcquireWriter(ctx, l.value, l.keyTTL, m.rwKeys(l.name))
+	}
 	return m.locker.Acquire(ctx, l.key, l.value, l.keyTTL)
 }
 
@@ -421,18 +457,35 @@ func (m *Manager) start(l *lease) error {
 // the lock on a quorum so the answer carries a fresh ValidUntil. See the
 // package documentation for what ctx bounds.
 func (m *Manager) Extend(ctx context.Context, name, token string, ttl time.Duration) (Info, error) {
-	return m.extend(ctx, m.findLock, name, token, ttl)
+	return m.extend(ctx, m.findAmong(target{}), name, token, ttl)
 }
 
 // Release ends the caller's lease and deletes the key on the masters. See
 // the package documentation for what ctx bounds.
 func (m *Manager) Release(ctx context.Context, name, token string) error {
-	return m.release(ctx, m.findLock, name, token)
+	return m.release(ctx, m.findAmong(target{}), name, token)
 }
 
 // finder finds the live lease of a name held with a token, or answers
-// ErrLeaseGone: findLock among locks, findPermit among semaphores'.
+// ErrLeaseGone (see findAmong).
 type finder func(name, token string) (*lease, error)
+
+// findAmong returns the finder among the leases of kind's kind: every
+// resource a lease of the name may hold (target.resources) is looked up.
+func (m *Manager) findAmong(kind target) finder {
+	return func(name, token string) (*lease, error) {
+		t := kind
+		t.name = name
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, res := range t.resources() {
+			if l, ok := m.leases[res]; ok && l.hasToken(token) {
+				return l, nil
+			}
+		}
+		return nil, ErrLeaseGone
+	}
+}
 
 func (m *Manager) extend(ctx context.Context, find finder, name, token string, ttl time.Duration) (Info, error) {
 	if ttl != 0 {
@@ -461,17 +514,6 @@ func (m *Manager) release(ctx context.Context, find finder, name, token string) 
 	return l.release(ctx)
 }
 
-// findLock returns the live lease of the lock name if token is its token.
-func (m *Manager) findLock(name, token string) (*lease, error) {
-	m.mu.Lock()
-	l, ok := m.leases[name]
-	m.mu.Unlock()
-	if !ok || !l.hasToken(token) {
-		return nil, ErrLeaseGone
-	}
-	return l, nil
-}
-
 // WatchReleases calls notify (which must not block) each time a master
 // announces a release of the lock name, until cancel; see
 // redlock.Locker.WatchReleases.
@@ -481,7 +523,7 @@ func (m *Manager) WatchReleases(name string, notify func()) (cancel func()) {
 
 // changed tells Config.Changed that the lease of a lock started or ended.
 func (m *Manager) changed(l *lease) {
-	if m.cfg.Changed != nil && l.permits == 0 {
+	if m.cfg.Changed != nil && l.target().kind() == KindLock {
 		m.cfg.Changed(l.name)
 	}
 }
@@ -491,16 +533,25 @@ func (m *Manager) Inspect(ctx context.Context, name string) (Status, error) {
 	if err := ValidateName(name); err != nil {
 		return Status{}, err
 	}
-	return m.inspect(ctx, name, 0)
+	return m.inspect(ctx, target{name: name}, 0)
 }
 
-// inspect reads one resource (a lock, or slot of a semaphore) from the
-// masters.
-func (m *Manager) inspect(ctx context.Context, name string, slot int) (Status, error) {
+// inspect reads one resource (a lock, a slot of a semaphore, a side of a
+// read/write lock) from the masters.
+func (m *Manager) inspect(ctx context.Context, t target, slot int) (Status, error) {
+	st, err := m.inspectKey(ctx, t.name, m.cfg.KeyPrefix+t.resource(slot))
+	if st.Held {
+		st.Slot = slot
+	}
+	return st, err
+}
+
+// inspectKey reads the key of the name from the masters.
+func (m *Manager) inspectKey(ctx context.Context, name, key string) (Status, error) {
 	if err := ctx.Err(); err != nil {
 		return Status{}, err
 	}
-	h, err := m.locker.Inspect(ctx, m.cfg.KeyPrefix+resourceID(name, slot))
+	h, err := m.locker.Inspect(ctx, key)
 	if err != nil {
 		if cut := endedBy(ctx); cut != nil {
 			return Status{}, cut // cut short: says nothing about the masters
@@ -512,21 +563,20 @@ func (m *Manager) inspect(ctx context.Context, name string, slot int) (Status, e
 		st.Grant, st.Owner, _ = strings.Cut(h.Value, ":")
 		st.ValidUntil = h.ValidUntil
 		st.Fence = h.Fence
-		st.Slot = slot
 	}
 	return st, nil
 }
 
 // List returns the live locks of this sidecar by name, without tokens.
-func (m *Manager) List() []Info { return m.list(false) }
+func (m *Manager) List() []Info { return m.list(KindLock) }
 
-// list returns the live leases of locks, or of semaphores' permits, by
-// name and slot, without tokens.
-func (m *Manager) list(permits bool) []Info {
+// list returns the live leases of one kind by name and slot, without
+// tokens.
+func (m *Manager) list(kind Kind) []Info {
 	m.mu.Lock()
 	out := make([]Info, 0, len(m.leases))
 	for _, l := range m.leases {
-		if (l.permits > 0) == permits {
+		if l.target().kind() == kind {
 			out = append(out, l.infoLocked(false))
 		}
 	}
@@ -588,6 +638,9 @@ func (m *Manager) normalize(req Request) (Request, error) {
 		return req, err
 	}
 	if err := m.checkPermits(req); err != nil {
+		return req, err
+	}
+	if err := checkMode(req); err != nil {
 		return req, err
 	}
 	if req.TTL == 0 {

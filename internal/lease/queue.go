@@ -77,7 +77,7 @@ func (q *queue) signal(src WakeSource) {
 // acquireWaiting joins the name's queue and, once at its head, retries
 // until the lock is granted, the deadline passes or ctx ends.
 func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time.Time) (Info, error) {
-	id := queueID(req.Name, req.Permits)
+	id := req.target().queue()
 	q, w, err := m.enqueue(req, id)
 	if err != nil {
 		return Info{}, err
@@ -185,7 +185,7 @@ func (m *Manager) enqueue(req Request, id string) (*queue, *waiter, error) {
 	}
 	if !ok {
 		q = &queue{wake: make(chan WakeSource, 1), permits: req.Permits}
-		q.stopWatch = m.watchReleases(resourceIDs(req.Name, req.Permits), func() { q.signal(WakePubSub) })
+		q.stopWatch = m.watchReleases(req.target().resources(), func() { q.signal(WakePubSub) })
 		m.queues[id] = q
 	}
 	w := &waiter{turn: make(chan struct{})}

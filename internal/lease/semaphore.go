@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"strconv"
 	"time"
 )
 
@@ -45,42 +44,6 @@ const MaxPermits = 64
 // those this sidecar's live holders or waiters of the name asked for.
 var ErrPermitsMismatch = errors.New("permits differ from those of this semaphore's live holders and waiters")
 
-// slotMark separates a semaphore's name from its slot and queue. Lock
-// names cannot contain it, so no slot is ever a lock ("<name>#<i>"), nor
-// a slot's fence key ("<name>#<i>#fence") any lock's ("<name>#fence").
-const slotMark = "#"
-
-// resourceID is what a lease holds, as the Manager's maps and the keys on
-// the masters name it: the name for a lock (slot 0), "<name>#<slot>" for a
-// semaphore's slot.
-func resourceID(name string, slot int) string {
-	if slot == 0 {
-		return name
-	}
-	return name + slotMark + strconv.Itoa(slot)
-}
-
-// queueID names the queue of callers waiting for a lock (its name) or a
-// semaphore ("<name>#").
-func queueID(name string, permits int) string {
-	if permits == 0 {
-		return name
-	}
-	return name + slotMark
-}
-
-// resourceIDs lists what a request may hold: the lock, or every slot.
-func resourceIDs(name string, permits int) []string {
-	if permits == 0 {
-		return []string{name}
-	}
-	ids := make([]string, permits)
-	for i := range ids {
-		ids[i] = resourceID(name, i+1)
-	}
-	return ids
-}
-
 // checkPermits validates a semaphore request's permits, and refuses those
 // that differ from the ones of this sidecar's live holders and waiters.
 func (m *Manager) checkPermits(req Request) error {
@@ -92,11 +55,11 @@ func (m *Manager) checkPermits(req Request) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if q, ok := m.queues[queueID(req.Name, req.Permits)]; ok && q.permits != req.Permits {
+	if q, ok := m.queues[req.target().queue()]; ok && q.permits != req.Permits {
 		return fmt.Errorf("%w: waiters asked for %d", ErrPermitsMismatch, q.permits)
 	}
 	for slot := 1; slot <= MaxPermits; slot++ {
-		if l, ok := m.leases[resourceID(req.Name, slot)]; ok && l.permits != req.Permits {
+		if l, ok := m.leases[req.target().resource(slot)]; ok && l.permits != req.Permits {
 			return fmt.Errorf("%w: holders asked for %d", ErrPermitsMismatch, l.permits)
 		}
 	}
@@ -108,7 +71,7 @@ func (m *Manager) checkPermits(req Request) error {
 // hint is the soonest a slot may lapse (0, unknown, if any slot gave
 // none); other errors end the try at once.
 func (m *Manager) tryAcquireSemaphore(ctx context.Context, req Request, fromQueue bool) (Info, error) {
-	if !fromQueue && m.hasQueue(queueID(req.Name, req.Permits)) {
+	if !fromQueue && m.hasQueue(req.target().queue()) {
 		return Info{}, &HeldError{}
 	}
 	first := mrand.IntN(req.Permits)
@@ -134,19 +97,6 @@ func (m *Manager) hasQueue(id string) bool {
 	return ok
 }
 
-// findPermit returns the live lease of a permit of the semaphore name
-// held with token.
-func (m *Manager) findPermit(name, token string) (*lease, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for slot := 1; slot <= MaxPermits; slot++ {
-		if l, ok := m.leases[resourceID(name, slot)]; ok && l.hasToken(token) {
-			return l, nil
-		}
-	}
-	return nil, ErrLeaseGone
-}
-
 // Semaphores is the Manager's API for counting semaphores: the same
 // leases, queues, limits and events as locks, found by the semaphore's
 // name and the permit's token.
@@ -167,17 +117,17 @@ func (s Semaphores) Acquire(ctx context.Context, req Request) (Info, error) {
 
 // Extend is Manager.Extend for a permit.
 func (s Semaphores) Extend(ctx context.Context, name, token string, ttl time.Duration) (Info, error) {
-	return s.m.extend(ctx, s.m.findPermit, name, token, ttl)
+	return s.m.extend(ctx, s.m.findAmong(target{permits: MaxPermits}), name, token, ttl)
 }
 
 // Release is Manager.Release for a permit.
 func (s Semaphores) Release(ctx context.Context, name, token string) error {
-	return s.m.release(ctx, s.m.findPermit, name, token)
+	return s.m.release(ctx, s.m.findAmong(target{permits: MaxPermits}), name, token)
 }
 
 // Watch is Manager.Watch for a permit.
 func (s Semaphores) Watch(name, token string) (<-chan Event, func(), error) {
-	return s.m.watch(s.m.findPermit, name, token)
+	return s.m.watch(s.m.findAmong(target{permits: MaxPermits}), name, token)
 }
 
 // SemaphoreStatus is what the masters say about a semaphore.
@@ -196,27 +146,14 @@ func (s Semaphores) Inspect(ctx context.Context, name string, permits int) (Sema
 	if permits < 1 || permits > MaxPermits {
 		return SemaphoreStatus{}, invalidParam(ParamPermits, "permits %d must be within [1, %d]", permits, MaxPermits)
 	}
-	slots := make([]Status, permits)
-	errs := make([]error, permits)
-	done := make(chan struct{})
-	for i := range permits {
-		go func() {
-			defer func() {
-				if r := recover(); r != nil { // a bug answers 500, it does not end the sidecar
-					errs[i] = fmt.Errorf("reading slot %d: %v", i+1, r)
-				}
-				done <- struct{}{}
-			}()
-			slots[i], errs[i] = s.m.inspect(ctx, name, i+1)
-		}()
+	t := target{name: name, permits: permits}
+	reads := make([]func() (Status, error), permits)
+	for i := range reads {
+		reads[i] = func() (Status, error) { return s.m.inspect(ctx, t, i+1) }
 	}
-	for range permits {
-		<-done
-	}
-	for _, err := range errs {
-		if err != nil {
-			return SemaphoreStatus{}, err // the first is as telling as all
-		}
+	slots, err := inspectAll(reads)
+	if err != nil {
+		return SemaphoreStatus{}, err
 	}
 	st := SemaphoreStatus{Name: name, Permits: permits}
 	for _, slot := range slots {
@@ -229,4 +166,32 @@ func (s Semaphores) Inspect(ctx context.Context, name string, permits int) (Sema
 
 // List returns this sidecar's live permits, by name and slot, without
 // tokens.
-func (s Semaphores) List() []Info { return s.m.list(true) }
+func (s Semaphores) List() []Info { return s.m.list(KindSemaphore) }
+
+// inspectAll runs the reads in parallel and returns their statuses in
+// order, or the first error.
+func inspectAll(reads []func() (Status, error)) ([]Status, error) {
+	out := make([]Status, len(reads))
+	errs := make([]error, len(reads))
+	done := make(chan struct{})
+	for i, read := range reads {
+		go func() {
+			defer func() {
+				if r := recover(); r != nil { // a bug answers 500, it does not end the sidecar
+					errs[i] = fmt.Errorf("inspecting: %v", r)
+				}
+				done <- struct{}{}
+			}()
+			out[i], errs[i] = read()
+		}()
+	}
+	for range reads {
+		<-done
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err // the first is as telling as all
+		}
+	}
+	return out, nil
+}

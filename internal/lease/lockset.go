@@ -1,0 +1,426 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Lock sets: several locks taken all-or-nothing under one lease.
+//
+// A set is named by its locks' names joined by "," (which lock names
+// cannot contain): "a,b,c". It is taken one lock at a time in one
+// canonical order (the names sorted bytewise), each as an ordinary lock
+// of its name — same keys, queues, fences and watchers — sharing one
+// token. The set is granted once every lock is; if one cannot be had
+// (held with no wait left, no quorum, the caller gone) those already
+// taken are released, so a set is held whole or not at all.
+//
+// Why no deadlock: every caller takes the names of its sets in the same
+// order, so a caller waiting for a name holds only names before it, and
+// no cycle of waits can form (the classic ordered-locking argument; it
+// assumes the caller holds no other lock of these names meanwhile, such as
+// a single lock it took itself).
+//
+// Once granted, the locks live and die together: when one ends, for any
+// reason (released, expired, lost, max_hold, shutdown), the others end
+// with the same reason. The set's valid_until is the earliest of its
+// locks': until then every one of them is held by a majority. A lock of
+// a set is visible as a lock (GET /locks/{name}, watches); its token is the
+// set's, so extending or releasing it through the lock API extends it, or
+// ends the whole set.
+
+// MaxSetLocks bounds the locks of one set: a set costs one round per lock
+// to take, and one lease each.
+const MaxSetLocks = 16
+
+// setSeparator joins the names of a set. Lock names cannot contain it.
+const setSeparator = ","
+
+// ErrSetChanged means a lock of a set ended while the set was being taken
+// (lost, or taken back by the caller through the lock API): the rest were
+// released.
+var ErrSetChanged = errors.New("a lock of the set ended while the set was being taken")
+
+// SetNames splits a set's name into its lock names in canonical order,
+// refusing invalid, repeated or too many names.
+func SetNames(set string) ([]string, error) {
+	names := strings.Split(set, setSeparator)
+	if len(names) > MaxSetLocks {
+		return nil, fmt.Errorf("%w: a lock set has at most %d names (it has %d)", ErrInvalid, MaxSetLocks, len(names))
+	}
+	for _, n := range names {
+		if err := ValidateName(n); err != nil {
+			return nil, fmt.Errorf("%w (in the set %q)", err, truncateName(set))
+		}
+	}
+	slices.Sort(names)
+	if i := firstRepeat(names); i >= 0 {
+		return nil, fmt.Errorf("%w: the lock set names %q twice", ErrInvalid, names[i])
+	}
+	return names, nil
+}
+
+func firstRepeat(sorted []string) int {
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return i
+		}
+	}
+	return -1
+}
+
+func truncateName(s string) string {
+	const most = 64
+	if len(s) > most {
+		return s[:most] + "…"
+	}
+	return s
+}
+
+// lockSet ties the leases of one set together.
+type lockSet struct {
+	leases []*lease
+}
+
+// LockSets is the Manager's API for lock sets.
+type LockSets struct{ m *Manager }
+
+// LockSets returns the API of the Manager's lock sets.
+func (m *Manager) LockSets() LockSets { return LockSets{m: m} }
+
+// Acquire takes every lock of the set req.Name in canonical order, each as
+// Manager.Acquire would with the set's one token, waiting for all of them
+// within req.Wait in all; on any failure it releases those it took and
+// answers that failure.
+func (s LockSets) Acquire(ctx context.Context, req Request) (Info, error) {
+	names, err := SetNames(req.Name)
+	if err != nil || req.Permits != 0 || req.Mode != "" {
+		s.m.obs.Acquisition(OutcomeInvalid, 0)
+		return Info{}, errors.Join(err, checkSetKind(req))
+	}
+	if req.token, err = newSecret(); err != nil {
+		return Info{}, err
+	}
+	deadline := time.Now().Add(req.Wait)
+	infos := make([]Info, 0, len(names))
+	for _, name := range names {
+		one := req
+		one.Name = name
+		one.Wait = max(0, time.Until(deadline))
+		if req.Wait == 0 {
+			one.Wait = 0
+		}
+		info, err := s.m.Acquire(ctx, one)
+		if err != nil {
+			s.releaseTaken(infos)
+			return Info{}, err
+		}
+		infos = append(infos, info)
+	}
+	if err := s.m.bindSet(infos); err != nil {
+		s.releaseTaken(infos)
+		return Info{}, err
+	}
+	return setInfo(names, infos), nil
+}
+
+func checkSetKind(req Request) error {
+	switch {
+	case req.Permits != 0:
+		return invalidParam(ParamPermits, "a lock set takes no permits")
+	case req.Mode != "":
+		return invalidParam(ParamMode, "a lock set takes no mode")
+	}
+	return nil
+}
+
+// releaseTaken releases the locks a failed set acquisition took. Each has
+// the token it was granted with (a replayed lock has its earlier lease's).
+func (s LockSets) releaseTaken(infos []Info) {
+	for _, in := range infos {
+		_ = s.m.Release(context.Background(), in.Name, in.Token)
+	}
+}
+
+// bindSet ties the granted leases of a set together, so that the end of
+// one ends the others. It fails when one has ended already, or when they
+// do not share one token (an idempotent replay that found only some of
+// them).
+func (m *Manager) bindSet(infos []Info) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	set := &lockSet{}
+	for _, in := range infos {
+		l, ok := m.leases[in.Name]
+		if !ok || !l.hasToken(in.Token) || in.Token != infos[0].Token {
+			return fmt.Errorf("%w: %s", ErrSetChanged, in.Name)
+		}
+		set.leases = append(set.leases, l)
+	}
+	for _, l := range set.leases {
+		l.set = set
+	}
+	return nil
+}
+
+// endSiblings ends the other leases of l's set with l's end reason. Each
+// ends on its own goroutine: it waits for its lease's mutex, which a
+// sibling ending at the same moment may hold while it ends this one.
+func (l *lease) endSiblings(reason EndReason, cause error) {
+	l.m.mu.Lock()
+	set := l.set
+	l.m.mu.Unlock()
+	if set == nil {
+		return
+	}
+	cause = fmt.Errorf("another lock of its set ended (%s): %w", reason, errors.Join(cause, errSetEnded))
+	for _, sib := range set.leases {
+		if sib != l {
+			go sib.finish(reason, cause)
+		}
+	}
+}
+
+var errSetEnded = errors.New("the set ended")
+
+// setInfo describes a set from its locks' infos: valid until the earliest
+// of them, with each lock (and its fence) listed.
+func setInfo(names []string, locks []Info) Info {
+	in := locks[0]
+	in.Name = strings.Join(names, setSeparator)
+	in.Fence = 0
+	in.Locks = make([]Info, len(locks))
+	for i, l := range locks {
+		l.Token = ""
+		in.Locks[i] = l
+		in.ValidUntil = earlier(in.ValidUntil, l.ValidUntil)
+		in.LeaseExpiresAt = earlier(in.LeaseExpiresAt, l.LeaseExpiresAt)
+		in.AcquiredAt = later(in.AcquiredAt, l.AcquiredAt)
+		if !l.MaxHoldAt.IsZero() {
+			in.MaxHoldAt = earlierSet(in.MaxHoldAt, l.MaxHoldAt)
+		}
+	}
+	return in
+}
+
+// earlierSet is the earlier of two instants, zero meaning none.
+func earlierSet(a, b time.Time) time.Time {
+	if a.IsZero() {
+		return b
+	}
+	return earlier(a, b)
+}
+
+// leasesOf finds the live leases of the set name held with token.
+func (s LockSets) leasesOf(name, token string) ([]string, []*lease, error) {
+	names, err := SetNames(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	find := s.m.findAmong(target{})
+	leases := make([]*lease, len(names))
+	for i, n := range names {
+		if leases[i], err = find(n, token); err != nil {
+			return nil, nil, err
+		}
+	}
+	return names, leases, nil
+}
+
+// Extend heartbeats every lock of the set, in parallel; it answers the set
+// as Manager.Extend answers a lock. A lock found lost ends the whole set.
+func (s LockSets) Extend(ctx context.Context, name, token string, ttl time.Duration) (Info, error) {
+	if ttl != 0 {
+		if err := s.m.checkTTL(ttl); err != nil {
+			return Info{}, err
+		}
+	}
+	names, leases, err := s.leasesOf(name, token)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Info{}, err
+	}
+	infos := make([]Info, len(leases))
+	errs := make([]error, len(leases))
+	var wg sync.WaitGroup
+	for i, l := range leases {
+		wg.Go(func() { infos[i], errs[i] = l.heartbeat(ctx, ttl) })
+	}
+	wg.Wait()
+	if err := firstOf(errs, ErrLeaseGone); err != nil {
+		return Info{}, err
+	}
+	return setInfo(names, infos), nil
+}
+
+// firstOf returns the first error matching target, else the first error.
+func firstOf(errs []error, target error) error {
+	for _, err := range errs {
+		if errors.Is(err, target) {
+			return err
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Release ends the set: releasing one lock ends the others.
+func (s LockSets) Release(ctx context.Context, name, token string) error {
+	_, leases, err := s.leasesOf(name, token)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(leases))
+	for i, l := range leases {
+		wg.Go(func() { errs[i] = l.release(ctx) })
+	}
+	wg.Wait()
+	if errs[0] != nil && !errors.Is(errs[0], ErrLeaseGone) {
+		return errs[0]
+	}
+	return nil
+}
+
+// SetStatus is what the masters say about the locks of a set.
+type SetStatus struct {
+	Name  string
+	Locks []Status // by name, in canonical order
+}
+
+// Inspect reads every lock of the set from the masters, in parallel.
+func (s LockSets) Inspect(ctx context.Context, name string) (SetStatus, error) {
+	names, err := SetNames(name)
+	if err != nil {
+		return SetStatus{}, err
+	}
+	reads := make([]func() (Status, error), len(names))
+	for i, n := range names {
+		reads[i] = func() (Status, error) { return s.m.inspect(ctx, target{name: n}, 0) }
+	}
+	locks, err := inspectAll(reads)
+	if err != nil {
+		return SetStatus{}, err
+	}
+	return SetStatus{Name: strings.Join(names, setSeparator), Locks: locks}, nil
+}
+
+// List returns this sidecar's live sets, by name, without tokens.
+func (s LockSets) List() []Info {
+	s.m.mu.Lock()
+	sets := map[*lockSet]bool{}
+	for _, l := range s.m.leases {
+		if l.set != nil {
+			sets[l.set] = true
+		}
+	}
+	var out []Info
+	for set := range sets {
+		names := make([]string, len(set.leases))
+		infos := make([]Info, len(set.leases))
+		for i, l := range set.leases {
+			names[i], infos[i] = l.name, l.infoLocked(false)
+		}
+		out = append(out, setInfo(names, infos))
+	}
+	s.m.mu.Unlock()
+	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Watch subscribes to the events of the set: one stream for its locks,
+// whose renewed and expiring events carry the set's validity (the
+// earliest of its locks'), and whose end is the first lock's end.
+func (s LockSets) Watch(name, token string) (<-chan Event, func(), error) {
+	names, leases, err := s.leasesOf(name, token)
+	if err != nil {
+		return nil, nil, err
+	}
+	valid := make([]time.Time, len(leases))
+	for i, l := range leases {
+		valid[i] = l.info(false).ValidUntil // promises stand: each is a floor
+	}
+	subs := make([]<-chan Event, len(names))
+	cancels := make([]func(), 0, len(names))
+	cancelAll := func() {
+		for _, c := range cancels {
+			c()
+		}
+	}
+	for i, n := range names {
+		ch, cancel, err := s.m.Watch(n, token)
+		if err != nil {
+			cancelAll()
+			return nil, nil, err
+		}
+		subs[i] = ch
+		cancels = append(cancels, cancel)
+	}
+	out := make(chan Event, eventBuffer)
+	go mergeSetEvents(subs, valid, out, cancelAll)
+	return out, sync.OnceFunc(cancelAll), nil
+}
+
+// setEvent is one lock's event, by the lock's index in its set.
+type setEvent struct {
+	i int
+	e Event
+}
+
+// mergeSetEvents forwards the locks' events as the set's until the first
+// end (which it forwards, then cancels the others) or until every
+// subscription is closed; it closes out last. valid holds each lock's
+// latest promise: the set is valid until the earliest of them.
+func mergeSetEvents(subs []<-chan Event, valid []time.Time, out chan<- Event, cancelAll func()) {
+	in := make(chan setEvent)
+	var wg sync.WaitGroup
+	for i, ch := range subs {
+		wg.Go(func() {
+			for e := range ch {
+				in <- setEvent{i: i, e: e}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(in) }()
+	ended := false
+	for ev := range in {
+		if ended {
+			continue // drain: the others' ends after the first
+		}
+		e := ev.e
+		if !e.ValidUntil.IsZero() {
+			valid[ev.i] = later(valid[ev.i], e.ValidUntil)
+			e.ValidUntil = earliest(valid)
+		}
+		if e.Kind == EventEnded {
+			ended = true
+			out <- e
+			go cancelAll()
+			continue
+		}
+		if len(out) < cap(out)-1 { // as publish does: the end always has room
+			out <- e
+		}
+	}
+	close(out)
+}
+
+// earliest is the earliest of the non-zero instants.
+func earliest(ts []time.Time) time.Time {
+	var e time.Time
+	for _, t := range ts {
+		if !t.IsZero() {
+			e = earlierSet(e, t)
+		}
+	}
+	return e
+}
