@@ -32,6 +32,7 @@ const (
 	codeInvalidHold      problemCode = "invalid_hold"
 	codeInvalidOwner     problemCode = "invalid_owner"
 	codeInvalidPermits   problemCode = "invalid_permits"
+	codeInvalidMode      problemCode = "invalid_mode"
 	codeInvalidWatch     problemCode = "invalid_watch"
 	codeInvalidQuery     problemCode = "invalid_query"
 	codeInvalidBody      problemCode = "invalid_body"
@@ -87,6 +88,8 @@ func paramCode(param string) problemCode {
 		return codeInvalidOwner
 	case lease.ParamPermits:
 		return codeInvalidPermits
+	case lease.ParamMode:
+		return codeInvalidMode
 	}
 	return codeInvalidRequest
 }
@@ -165,7 +168,7 @@ func problemFor(err error) problem {
 	case errors.As(err, &tooBig):
 		return newProblem(http.StatusRequestEntityTooLarge, codeBodyTooLarge, fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
 	case errors.As(err, &held):
-		p := newProblem(http.StatusConflict, codeLockHeld, "the lock is held by another owner (for a semaphore: every permit is held)")
+		p := newProblem(http.StatusConflict, codeLockHeld, "the lock is held by another owner (for a semaphore: every permit is held; for a read/write lock: a writer holds or waits, or readers hold it)")
 		p.RetryAfterMS = held.RetryAfter.Milliseconds()
 		return p
 	case errors.Is(err, lease.ErrPermitsMismatch):
@@ -245,7 +248,9 @@ type leaseBody struct {
 	MaxHoldAt *time.Time `json:"max_hold_at,omitempty"`
 	// Permits and Slot describe a semaphore's permit (absent for a lock).
 	Permits int `json:"permits,omitempty"`
-	Slot    int `json:"slot,omitempty"`
+	Slot    int `json:"slot,omitempty"` // also a reader's (1..lease.MaxReaders)
+	// Mode is a read/write lock's side: shared (a reader) or exclusive.
+	Mode lease.Mode `json:"mode,omitempty"`
 }
 
 func leaseJSON(in lease.Info) leaseBody {
@@ -261,6 +266,7 @@ func leaseJSON(in lease.Info) leaseBody {
 		MaxHoldAt:      optionalTime(in.MaxHoldAt),
 		Permits:        in.Permits,
 		Slot:           in.Slot,
+		Mode:           in.Mode,
 	}
 }
 
@@ -298,9 +304,10 @@ type semaphoreBody struct {
 	Holders []holderBody `json:"holders"`
 }
 
-// holderBody is one held slot of a semaphore.
+// holderBody is one held slot of a semaphore, or one reader or the writer
+// of a read/write lock (the writer has no slot).
 type holderBody struct {
-	Slot       int       `json:"slot"`
+	Slot       int       `json:"slot,omitempty"`
 	Owner      string    `json:"owner"`
 	Fence      int64     `json:"fence,omitempty"`
 	ValidUntil time.Time `json:"valid_until"`
@@ -309,7 +316,35 @@ type holderBody struct {
 func semaphoreJSON(st lease.SemaphoreStatus) semaphoreBody {
 	b := semaphoreBody{Name: st.Name, Permits: st.Permits, Held: len(st.Holders), Holders: make([]holderBody, 0, len(st.Holders))}
 	for _, h := range st.Holders {
-		b.Holders = append(b.Holders, holderBody{Slot: h.Slot, Owner: h.Owner, Fence: h.Fence, ValidUntil: h.ValidUntil.UTC()})
+		b.Holders = append(b.Holders, holderJSON(h))
+	}
+	return b
+}
+
+func holderJSON(h lease.Status) holderBody {
+	return holderBody{Slot: h.Slot, Owner: h.Owner, Fence: h.Fence, ValidUntil: h.ValidUntil.UTC()}
+}
+
+// rwlockBody is the answer to a read/write lock's inspection.
+type rwlockBody struct {
+	Name   string      `json:"name"`
+	Writer *holderBody `json:"writer"` // null when no writer holds it
+	// Readers are the held reader slots, by slot.
+	Readers     []holderBody `json:"readers"`
+	ReaderCount int          `json:"reader_count"`
+	// WriterWaiting: a majority holds a writer's intent, so new readers
+	// are refused.
+	WriterWaiting bool `json:"writer_waiting"`
+}
+
+func rwlockJSON(st lease.RWStatus) rwlockBody {
+	b := rwlockBody{Name: st.Name, Readers: make([]holderBody, 0, len(st.Readers)), ReaderCount: len(st.Readers), WriterWaiting: st.WriterWaiting}
+	if st.Writer.Held {
+		w := holderJSON(st.Writer)
+		b.Writer = &w
+	}
+	for _, r := range st.Readers {
+		b.Readers = append(b.Readers, holderJSON(r))
 	}
 	return b
 }

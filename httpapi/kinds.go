@@ -8,7 +8,8 @@ import (
 )
 
 // leaseAPI is what the handlers need of a kind of lease: the lease
-// Manager for locks, its Semaphores for permits.
+// Manager for locks, its Semaphores for permits, its RWLocks for readers
+// and writers.
 type leaseAPI interface {
 	Acquire(ctx context.Context, req lease.Request) (lease.Info, error)
 	Extend(ctx context.Context, name, token string, ttl time.Duration) (lease.Info, error)
@@ -17,21 +18,31 @@ type leaseAPI interface {
 }
 
 // kind is one kind of lease the API serves under a path of its own, with
-// the same acquire, extend, release and events routes.
+// the same list, acquire, extend, release and events routes.
 type kind struct {
 	prefix  string // of every path naming one ("/locks/"), see routes.go
+	noun    string // what refusals call one ("lock")
 	api     leaseAPI
-	permits bool // an acquisition names a semaphore's permits
+	list    func() []lease.Info // this sidecar's live leases of the kind
+	permits bool                // an acquisition names a semaphore's permits
+	mode    bool                // an acquisition takes a read/write lock's mode
 }
 
 // The path prefixes of the kinds.
 const (
 	locks      = "/locks/"
 	semaphores = "/semaphores/"
+	rwlocks    = "/rwlocks/"
 )
 
-func lockKind(m *lease.Manager) kind { return kind{prefix: locks, api: m} }
+func lockKind(m *lease.Manager) kind {
+	return kind{prefix: locks, noun: "lock", api: m, list: m.List}
+}
 
 func semaphoreKind(m *lease.Manager) kind {
-	return kind{prefix: semaphores, api: m.Semaphores(), permits: true}
+	return kind{prefix: semaphores, noun: "semaphore", api: m.Semaphores(), list: m.Semaphores().List, permits: true}
+}
+
+func rwlockKind(m *lease.Manager) kind {
+	return kind{prefix: rwlocks, noun: "read/write lock", api: m.RWLocks(), list: m.RWLocks().List, mode: true}
 }

@@ -100,22 +100,42 @@ func handleInspect(log *slog.Logger, leases *lease.Manager, watches *watch.Hub) 
 // handleInspectSemaphore reads every slot of a semaphore; permits is
 // required, as the masters do not know it.
 func handleInspectSemaphore(log *slog.Logger, sems lease.Semaphores) http.Handler {
+	return handleRead(log, semaphores, func(ctx context.Context, name, rawQuery string) (any, error) {
+		permits, err := permitsQuery(rawQuery)
+		if err != nil {
+			return nil, err
+		}
+		st, err := sems.Inspect(ctx, name, permits)
+		return semaphoreJSON(st), err
+	})
+}
+
+// handleInspectRWLock reads a read/write lock's writer, readers and
+// writer's intent; it takes no parameters.
+func handleInspectRWLock(log *slog.Logger, rws lease.RWLocks) http.Handler {
+	return handleRead(log, rwlocks, func(ctx context.Context, name, rawQuery string) (any, error) {
+		if _, err := strictQuery(rawQuery); err != nil {
+			return nil, err
+		}
+		st, err := rws.Inspect(ctx, name)
+		return rwlockJSON(st), err
+	})
+}
+
+// handleRead answers a read of the masters about the name after prefix:
+// read checks the query and returns the body of the answer.
+func handleRead(log *slog.Logger, prefix string, read func(ctx context.Context, name, rawQuery string) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name, err := nameIn(r, semaphores)
-		var permits int
+		name, err := nameIn(r, prefix)
+		var body any
 		if err == nil {
-			permits, err = permitsQuery(r.URL.RawQuery)
+			body, err = read(r.Context(), name, r.URL.RawQuery)
 		}
 		if err != nil {
 			writeError(w, log, err)
 			return
 		}
-		st, err := sems.Inspect(r.Context(), name, permits)
-		if err != nil {
-			writeError(w, log, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, semaphoreJSON(st))
+		writeJSON(w, http.StatusOK, body)
 	})
 }
 

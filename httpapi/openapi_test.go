@@ -45,9 +45,9 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			}
 		}
 	}
-	// GET /locks/* and /semaphores/* also serve the event stream by its
-	// reserved suffix.
-	served = append(served, "get /locks/{name}/events", "get /semaphores/{name}/events")
+	// GET /locks/*, /semaphores/* and /rwlocks/* also serve the event
+	// stream by its reserved suffix.
+	served = append(served, "get /locks/{name}/events", "get /semaphores/{name}/events", "get /rwlocks/{name}/events")
 	slices.Sort(served)
 	slices.Sort(documented)
 	if !slices.Equal(served, documented) {

@@ -25,6 +25,7 @@ type lockParams struct {
 	Hold    *jsonBool     `json:"hold"`
 	MaxHold *durationText `json:"max_hold"`
 	Permits *intText      `json:"permits"`
+	Mode    *string       `json:"mode"`
 }
 
 // intText is an integer parameter as sent: the text of a query value, of
@@ -180,13 +181,13 @@ func bodyParams(r *http.Request) (lockParams, error) {
 	return p, nil
 }
 
-const bodyShape = "the body must be a JSON object with fields ttl, wait, max_hold (durations: strings such as \"1m30s\" or numbers of seconds), owner, token (strings), hold (boolean) and, for a semaphore, permits (integer)"
+const bodyShape = "the body must be a JSON object with fields ttl, wait, max_hold (durations: strings such as \"1m30s\" or numbers of seconds), owner, token (strings), hold (boolean), for a semaphore permits (integer) and for a read/write lock mode (string)"
 
 // bodyFields are the exact names a body may use. encoding/json matches
 // names case-insensitively and lets a repeated name win silently
 // ({"ttl":"2s","ttl":"3600s"} took an hour), so the names are checked
 // here first: a body means one thing to every reader or is refused.
-var bodyFields = map[string]bool{"ttl": true, "wait": true, "owner": true, "token": true, "hold": true, "max_hold": true, "permits": true}
+var bodyFields = map[string]bool{"ttl": true, "wait": true, "owner": true, "token": true, "hold": true, "max_hold": true, "permits": true, "mode": true}
 
 // strictObject accepts exactly one JSON object whose names are known,
 // exact-case and not repeated (null, arrays and trailing data refused).
@@ -204,7 +205,7 @@ func strictObject(raw []byte) error {
 		name, _ := tok.(string)
 		switch {
 		case !bodyFields[name]:
-			return badRequest(codeInvalidBody, "unknown field %q in the body (known, lowercase: ttl, wait, owner, token, hold, max_hold, permits)", truncate(name))
+			return badRequest(codeInvalidBody, "unknown field %q in the body (known, lowercase: ttl, wait, owner, token, hold, max_hold, permits, mode)", truncate(name))
 		case seen[name]:
 			return badRequest(codeInvalidBody, "field %q is given more than once in the body", name)
 		}
@@ -239,7 +240,7 @@ func truncate(s string) string {
 
 func queryParams(rawQuery string) (lockParams, error) {
 	var p lockParams
-	q, err := strictQuery(rawQuery, "ttl", "wait", "owner", "token", "hold", "max_hold", "permits")
+	q, err := strictQuery(rawQuery, "ttl", "wait", "owner", "token", "hold", "max_hold", "permits", "mode")
 	if err != nil {
 		return p, err
 	}
@@ -260,6 +261,8 @@ func queryParams(rawQuery string) (lockParams, error) {
 			p.Token = &v
 		case "permits":
 			p.Permits = (*intText)(&v)
+		case "mode":
+			p.Mode = &v
 		}
 	}
 	return p, nil
@@ -275,6 +278,7 @@ func merge(a, b lockParams) (lockParams, error) {
 	out.Hold, errs = pick("hold", a.Hold, b.Hold, errs)
 	out.Token, errs = pick("token", a.Token, b.Token, errs)
 	out.Permits, errs = pick("permits", a.Permits, b.Permits, errs)
+	out.Mode, errs = pick("mode", a.Mode, b.Mode, errs)
 	if len(errs) > 0 {
 		return out, errs[0]
 	}
@@ -429,6 +433,9 @@ func acquireRequest(r *http.Request, k kind) (lease.Request, error) {
 	if req.Permits, err = permitsParam(k, p.Permits); err != nil {
 		return req, err
 	}
+	if req.Mode, err = modeParam(k, p.Mode); err != nil {
+		return req, err
+	}
 	if len(keys) == 1 {
 		req.IdempotencyKey = keys[0]
 	}
@@ -465,7 +472,7 @@ func readTokenRequest(r *http.Request, k kind, allowTTL bool) (tokenRequest, err
 	if err != nil {
 		return tr, err
 	}
-	if p.Wait != nil || p.Owner != nil || p.Hold != nil || p.MaxHold != nil || p.Permits != nil || (p.TTL != nil && !allowTTL) {
+	if p.Wait != nil || p.Owner != nil || p.Hold != nil || p.MaxHold != nil || p.Permits != nil || p.Mode != nil || (p.TTL != nil && !allowTTL) {
 		return tr, badRequest(codeInvalidRequest, "only token%s may be given here", map[bool]string{true: " and ttl", false: ""}[allowTTL])
 	}
 	tr.name = name
@@ -477,17 +484,35 @@ func readTokenRequest(r *http.Request, k kind, allowTTL bool) (tokenRequest, err
 }
 
 // permitsParam is an acquisition's permits: required for a semaphore,
-// refused for a lock.
+// refused for the other kinds.
 func permitsParam(k kind, v *intText) (int, error) {
 	switch {
 	case !k.permits && v != nil:
-		return 0, badRequest(codeInvalidPermits, "a lock has one holder; permits applies to %s{name}", semaphores)
+		return 0, badRequest(codeInvalidPermits, "a %s takes no permits; permits applies to %s{name}", k.noun, semaphores)
 	case k.permits && v == nil:
 		return 0, badRequest(codeInvalidPermits, "permits is required: an integer within [1, %d]", lease.MaxPermits)
 	case v == nil:
 		return 0, nil
 	}
 	return permitsValue(*v)
+}
+
+// modeParam is an acquisition's mode: for a read/write lock, shared or
+// exclusive, exclusive when not given (as flock's default); refused for
+// the other kinds.
+func modeParam(k kind, v *string) (lease.Mode, error) {
+	switch {
+	case !k.mode && v != nil:
+		return "", badRequest(codeInvalidMode, "a %s takes no mode; mode applies to %s{name}", k.noun, rwlocks)
+	case !k.mode:
+		return "", nil
+	case v == nil:
+		return lease.ModeExclusive, nil
+	}
+	if m := lease.Mode(*v); m == lease.ModeShared || m == lease.ModeExclusive {
+		return m, nil
+	}
+	return "", badRequest(codeInvalidMode, "mode must be %q or %q, got %q", lease.ModeShared, lease.ModeExclusive, truncate(*v))
 }
 
 // strictQuery reads a query string that may name only the parameters in
@@ -497,9 +522,13 @@ func strictQuery(rawQuery string, allowed ...string) (url.Values, error) {
 	if err != nil {
 		return nil, badRequest(codeInvalidQuery, "malformed query string: %v", err)
 	}
+	known := strings.Join(allowed, ", ")
+	if known == "" {
+		known = "none"
+	}
 	for key, values := range q {
 		if !slices.Contains(allowed, key) {
-			return nil, badRequest(codeInvalidQuery, "unknown parameter %q (known: %s)", truncate(key), strings.Join(allowed, ", "))
+			return nil, badRequest(codeInvalidQuery, "unknown parameter %q (known: %s)", truncate(key), known)
 		}
 		if len(values) != 1 {
 			return nil, badRequest(codeInvalidQuery, "parameter %q is given more than once", truncate(key))

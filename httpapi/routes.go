@@ -3,6 +3,7 @@ package httpapi
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 
@@ -11,26 +12,30 @@ import (
 )
 
 // addLockRoutes is every route of the lock API. Lock names may contain "/",
-// so a name is the rest of the path after /locks/.
+// so a name is the rest of the path after /locks/ (after /semaphores/ and
+// /rwlocks/ for the other kinds, each served by addKindRoutes).
 // The token check runs inside observe, so refused requests are counted.
 func addLockRoutes(r chi.Router, log *slog.Logger, leases *lease.Manager, watches *watch.Hub, obs RequestObserver, o options) {
 	r.Use(recoverer(log), observe(obs), refuseAmbiguousFraming(o.ambiguous, log), RequireToken(o.apiToken, log), limitBody(MaxBodyBytes))
-	r.NotFound(notFound(log, "the lock API: /locks, /locks/{name}, /semaphores and /semaphores/{name}").ServeHTTP)
+	r.NotFound(notFound(log, "the lock API: /locks, /locks/{name}, /semaphores, /semaphores/{name}, /rwlocks and /rwlocks/{name}").ServeHTTP)
 	r.MethodNotAllowed(methodNotAllowed(log).ServeHTTP)
-	lock, sem := lockKind(leases), semaphoreKind(leases)
-	r.Method(http.MethodGet, "/locks", handleList("locks", leases.List))
-	r.Method(http.MethodPost, locks+"*", handleAcquire(log, lock))
-	r.Method(http.MethodPut, locks+"*", handleExtend(log, lock))
-	r.Method(http.MethodDelete, locks+"*", handleRelease(log, lock))
-	// GET /locks/{name}/events is a lease's event stream ("events" is a
-	// reserved last segment of names); other GETs inspect, or watch.
-	r.Method(http.MethodGet, locks+"*", byEventsSuffix(handleEvents(log, lock), handleInspect(log, leases, watches)))
-	// Semaphores: the same routes for permits, in a space of their own.
-	r.Method(http.MethodGet, "/semaphores", handleList("semaphores", leases.Semaphores().List))
-	r.Method(http.MethodPost, semaphores+"*", handleAcquire(log, sem))
-	r.Method(http.MethodPut, semaphores+"*", handleExtend(log, sem))
-	r.Method(http.MethodDelete, semaphores+"*", handleRelease(log, sem))
-	r.Method(http.MethodGet, semaphores+"*", byEventsSuffix(handleEvents(log, sem), handleInspectSemaphore(log, leases.Semaphores())))
+	// GET /locks/{name} inspects, or watches; a semaphore's inspection
+	// needs its permits; a read/write lock's takes nothing.
+	addKindRoutes(r, log, lockKind(leases), handleInspect(log, leases, watches))
+	addKindRoutes(r, log, semaphoreKind(leases), handleInspectSemaphore(log, leases.Semaphores()))
+	addKindRoutes(r, log, rwlockKind(leases), handleInspectRWLock(log, leases.RWLocks()))
+}
+
+// addKindRoutes serves one kind of lease, in a name space of its own:
+// GET /locks lists, POST, PUT and DELETE /locks/{name} acquire, extend and
+// release, GET /locks/{name}/events is a lease's event stream ("events" is
+// a reserved last segment of names) and other GETs go to inspect.
+func addKindRoutes(r chi.Router, log *slog.Logger, k kind, inspect http.Handler) {
+	r.Method(http.MethodGet, strings.TrimSuffix(k.prefix, "/"), handleList(strings.Trim(k.prefix, "/"), k.list))
+	r.Method(http.MethodPost, k.prefix+"*", handleAcquire(log, k))
+	r.Method(http.MethodPut, k.prefix+"*", handleExtend(log, k))
+	r.Method(http.MethodDelete, k.prefix+"*", handleRelease(log, k))
+	r.Method(http.MethodGet, k.prefix+"*", byEventsSuffix(handleEvents(log, k), inspect))
 }
 
 // addAdminRoutes is every route of the admin listener.

@@ -92,6 +92,23 @@ func TestProblemCodesMatchTheSpec(t *testing.T) {
 	}
 }
 
+// Every parameter a lease.ParamError can name (the lease package's Param
+// constants) has a code of its own, so a refusal by the Manager says which
+// parameter was wrong: a new parameter without its case in paramCode
+// fails here.
+func TestEveryParamHasItsCode(t *testing.T) {
+	leasePkg := importedPackage(t, loadTypedSource(t).pkg, "github.com/sidelock/sidelock/internal/lease")
+	params := constantsNamed(leasePkg, "Param")
+	if !slices.Contains(params, lease.ParamMode) {
+		t.Fatalf("the lease package's parameters %v lack mode", params)
+	}
+	for _, param := range params {
+		if code := paramCode(param); code == codeInvalidRequest {
+			t.Errorf("lease.ParamError for %q is answered %s, not a code of its own", param, code)
+		}
+	}
+}
+
 // missing is what of want got lacks.
 func missing(got, want []string) []string {
 	var out []string
@@ -117,8 +134,8 @@ func TestProblemTypeIsOnePerCode(t *testing.T) {
 
 // The event names each stream documents in x-sse-events are the ones the
 // code sends: acquired (hold streams only), every lease event kind but
-// the end, and released or lost for the end (endEvent), alike for locks
-// and semaphores; every watch.Kind on a lock's watch stream. The reasons
+// the end, and released or lost for the end (endEvent), alike for locks,
+// semaphores and read/write locks; every watch.Kind on a lock's watch stream. The reasons
 // of the ended events are every lease.EndReason plus the one of a hold
 // that ended unseen, and those of a watch's released every watch.Reason.
 func TestStreamEventsMatchTheSpec(t *testing.T) {
@@ -150,6 +167,8 @@ func TestStreamEventsMatchTheSpec(t *testing.T) {
 		{"/locks/{name}/events", "get", "200", streamed},
 		{"/semaphores/{name}", "post", "200", held},
 		{"/semaphores/{name}/events", "get", "200", streamed},
+		{"/rwlocks/{name}", "post", "200", held},
+		{"/rwlocks/{name}/events", "get", "200", streamed},
 		{"/locks/{name}", "get", "200", watched},
 	} {
 		media := spec.at(t, "paths", c.path, c.method, "responses", c.status, "content", "text/event-stream")
@@ -193,6 +212,7 @@ func TestSchemasMatchTheGoTypes(t *testing.T) {
 		"Status":          statusBody{},
 		"SemaphoreStatus": semaphoreBody{},
 		"Holder":          holderBody{},
+		"RWLockStatus":    rwlockBody{},
 		"WatchEvent":      watchBody{},
 		"Problem":         problem{},
 		"ValidityEvent":   renewedData{},

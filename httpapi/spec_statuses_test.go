@@ -161,6 +161,7 @@ func TestOperationStatusesAreTheOnesServed(t *testing.T) {
 	bigBody := `{"owner":"` + strings.Repeat("o", 70<<10) + `"}`
 	held := acquireToken(t, api, "status/held")
 	semHeld := takeToken(t, api, "/semaphores/status/held?permits=1")
+	rwHeld := takeToken(t, api, "/rwlocks/status/held?mode=shared")
 	capped := watchCappedAtOne(t, b, m)
 	idem := []string{"Idempotency-Key", "status-test-idempotency-key"}
 	if got := answer(t, api, "POST", "/locks/status/idem?ttl=30s", "", idem...); got != 200 {
@@ -168,6 +169,9 @@ func TestOperationStatusesAreTheOnesServed(t *testing.T) {
 	}
 	if got := answer(t, api, "POST", "/semaphores/status/idem?permits=2&ttl=30s", "", idem...); got != 200 {
 		t.Fatalf("idempotent permit: %d", got)
+	}
+	if got := answer(t, api, "POST", "/rwlocks/status/idem?mode=shared&ttl=30s", "", idem...); got != 200 {
+		t.Fatalf("idempotent reader: %d", got)
 	}
 
 	metricsOK := promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{})
@@ -290,6 +294,7 @@ func TestOperationStatusesAreTheOnesServed(t *testing.T) {
 			{400, req(api, "GET", "/semaphores/status/held", "")},
 			{401, req(guarded, "GET", "/semaphores/status/held?permits=1", "")},
 			{431, req(api, "GET", "/semaphores/status/held?permits=1", "", bigHeader...)},
+			{500, req(broken, "GET", "/semaphores/status/held?permits=1", "")},
 			{503, req(down, "GET", "/semaphores/status/held?permits=1", "")},
 		},
 		"get /semaphores/{name}/events": {
@@ -301,6 +306,64 @@ func TestOperationStatusesAreTheOnesServed(t *testing.T) {
 			{413, req(api, "GET", "/semaphores/status/held/events", bigBody, tok(zeroToken)...)},
 			{431, req(api, "GET", "/semaphores/status/held/events", "", append(tok(semHeld), bigHeader...)...)},
 			{500, req(broken, "GET", "/semaphores/status/held/events", "", tok(zeroToken)...)},
+		},
+		"get /rwlocks": {
+			{200, req(api, "GET", "/rwlocks", "")},
+			{400, req(framing, "GET", "/rwlocks", "")},
+			{401, req(guarded, "GET", "/rwlocks", "")},
+			{431, req(api, "GET", "/rwlocks", "", bigHeader...)},
+			{500, req(broken, "GET", "/rwlocks", "")},
+		},
+		"post /rwlocks/{name}": {
+			{200, req(api, "POST", "/rwlocks/status/free?mode=shared", "")},
+			{204, req(api, "POST", "/rwlocks/status/reconnect?mode=shared&hold=true", "", "Last-Event-ID", "3")},
+			{400, req(api, "POST", "/rwlocks/status/x?mode=both", "")},
+			{401, req(guarded, "POST", "/rwlocks/status/x", "")},
+			{409, req(api, "POST", "/rwlocks/status/held?mode=exclusive", "")},
+			{413, req(api, "POST", "/rwlocks/status/x", bigBody)},
+			{422, req(api, "POST", "/rwlocks/status/idem?mode=shared&ttl=31s", "", idem...)},
+			{429, req(limited, "POST", "/rwlocks/limit/second?mode=shared", "")},
+			{431, req(api, "POST", "/rwlocks/status/x", "", bigHeader...)},
+			{500, req(broken, "POST", "/rwlocks/status/x", "")},
+			{503, req(down, "POST", "/rwlocks/status/x", "")},
+		},
+		"put /rwlocks/{name}": {
+			{200, req(api, "PUT", "/rwlocks/status/held", "", tok(rwHeld)...)},
+			{400, req(api, "PUT", "/rwlocks/status/held", "")},
+			{401, req(guarded, "PUT", "/rwlocks/status/held", "", tok(rwHeld)...)},
+			{410, req(api, "PUT", "/rwlocks/status/held", "", tok(zeroToken)...)},
+			{413, req(api, "PUT", "/rwlocks/status/held", bigBody, tok(rwHeld)...)},
+			{431, req(api, "PUT", "/rwlocks/status/held", "", append(tok(rwHeld), bigHeader...)...)},
+			{500, req(broken, "PUT", "/rwlocks/status/held", "", tok(zeroToken)...)},
+		},
+		"delete /rwlocks/{name}": {
+			{204, func() int {
+				return answer(t, api, "DELETE", "/rwlocks/status/gone", "", tok(takeToken(t, api, "/rwlocks/status/gone"))...)
+			}},
+			{400, req(api, "DELETE", "/rwlocks/status/held", "")},
+			{401, req(guarded, "DELETE", "/rwlocks/status/held", "", tok(rwHeld)...)},
+			{410, req(api, "DELETE", "/rwlocks/status/held", "", tok(zeroToken)...)},
+			{413, req(api, "DELETE", "/rwlocks/status/held", bigBody, tok(zeroToken)...)},
+			{431, req(api, "DELETE", "/rwlocks/status/held", "", append(tok(zeroToken), bigHeader...)...)},
+			{500, req(broken, "DELETE", "/rwlocks/status/held", "", tok(zeroToken)...)},
+		},
+		"get /rwlocks/{name}": {
+			{200, req(api, "GET", "/rwlocks/status/held", "")},
+			{400, req(api, "GET", "/rwlocks/status/held?watch=true", "")},
+			{401, req(guarded, "GET", "/rwlocks/status/held", "")},
+			{431, req(api, "GET", "/rwlocks/status/held", "", bigHeader...)},
+			{500, req(broken, "GET", "/rwlocks/status/held", "")},
+			{503, req(down, "GET", "/rwlocks/status/held", "")},
+		},
+		"get /rwlocks/{name}/events": {
+			{200, req(api, "GET", "/rwlocks/status/held/events", "", tok(rwHeld)...)},
+			{204, req(api, "GET", "/rwlocks/status/held/events", "", append(tok(zeroToken), "Last-Event-ID", "2")...)},
+			{400, req(api, "GET", "/rwlocks/status/held/events", "")},
+			{401, req(guarded, "GET", "/rwlocks/status/held/events", "", tok(rwHeld)...)},
+			{410, req(api, "GET", "/rwlocks/status/held/events", "", tok(zeroToken)...)},
+			{413, req(api, "GET", "/rwlocks/status/held/events", bigBody, tok(zeroToken)...)},
+			{431, req(api, "GET", "/rwlocks/status/held/events", "", append(tok(rwHeld), bigHeader...)...)},
+			{500, req(broken, "GET", "/rwlocks/status/held/events", "", tok(zeroToken)...)},
 		},
 		"get /healthz": {
 			{200, req(admin, "GET", "/healthz", "")},
@@ -345,12 +408,7 @@ func TestOperationStatusesAreTheOnesServed(t *testing.T) {
 // notProvokedHere lists, per operation, the documented statuses that no
 // request can provoke through these servers, each with the reason. Keep
 // it short: each entry is a promise of the spec nothing here checks.
-var notProvokedHere = map[string]map[int]string{
-	"get /semaphores/{name}": {
-		500: "a panic in the handler is answered 500 as everywhere, but a nil Manager (how the others are provoked) " +
-			"panics in the goroutines that read the slots, which ends the process instead",
-	},
-}
+var notProvokedHere = map[string]map[int]string{}
 
 // watchCappedAtOne serves m with a Hub of one watch stream, and fills it:
 // the next watch is refused.
@@ -412,12 +470,13 @@ func documentedStatuses(t *testing.T) map[string][]int {
 // not answer 503 (so the spec lists none for them): the heartbeat keeps
 // the lease and answers the valid_until already promised, the release ends
 // the lease (the keys lapse), the stream follows the lease. The same
-// holds for a semaphore's permit.
+// holds for a semaphore's permit and a read/write lock's reader.
 func TestHeartbeatReleaseAndEventsWithMastersDownAreNot503(t *testing.T) {
 	b := newStatusBench(t)
 	api := b.api(b.manager(lease.Config{}))
 	token := acquireToken(t, api, "down/held")
 	permit := takeToken(t, api, "/semaphores/down/held?permits=2")
+	reader := takeToken(t, api, "/rwlocks/down/held?mode=shared")
 	for _, n := range b.nodes {
 		n.SetDown(true)
 	}
@@ -431,6 +490,9 @@ func TestHeartbeatReleaseAndEventsWithMastersDownAreNot503(t *testing.T) {
 		{"PUT", "/semaphores/down/held", permit, 200},
 		{"GET", "/semaphores/down/held/events", permit, 200},
 		{"DELETE", "/semaphores/down/held", permit, 204},
+		{"PUT", "/rwlocks/down/held", reader, 200},
+		{"GET", "/rwlocks/down/held/events", reader, 200},
+		{"DELETE", "/rwlocks/down/held", reader, 204},
 	} {
 		if got := answer(t, api, c.method, c.path, "", "Lock-Token", c.token); got != c.want {
 			t.Errorf("%s %s with every master down: %d, want %d", c.method, c.path, got, c.want)

@@ -15,13 +15,14 @@ import (
 // its path prefix and what every acquisition of it adds to the query.
 type leaseKind struct {
 	prefix string // "/locks/"
-	query  string // "" or "permits=2&"
+	query  string // "", "permits=2&" or "mode=shared&"
 }
 
 var (
 	lockKind      = leaseKind{prefix: "/locks/"}
 	semaphoreKind = leaseKind{prefix: "/semaphores/", query: "permits=2&"}
-	kinds         = []leaseKind{lockKind, semaphoreKind}
+	rwlockKind    = leaseKind{prefix: "/rwlocks/", query: "mode=shared&"}
+	kinds         = []leaseKind{lockKind, semaphoreKind, rwlockKind}
 )
 
 // acquire is the path of an acquisition of name with the given query.
@@ -63,6 +64,47 @@ func exerciseSemaphoreLifecycle(t *testing.T, api *caller) {
 	api.expect(http.StatusNoContent, "", "DELETE", "/semaphores/spec/idem", hdr{"Lock-Token": idem.field("token")}, "")
 }
 
+// exerciseRWLockLifecycle takes two readers, is refused a writer while
+// they read (409 lock_held with Retry-After), inspects and lists them,
+// extends and releases them, then takes, inspects and releases a writer;
+// and replays an acquisition by its Idempotency-Key.
+func exerciseRWLockLifecycle(t *testing.T, api *caller) {
+	api.expect(http.StatusOK, "", "GET", "/rwlocks", nil, "")
+	first := api.require(http.StatusOK, "POST", "/rwlocks/spec/rw?mode=shared&ttl=10s&owner=one", nil, "")
+	second := api.require(http.StatusOK, "POST", "/rwlocks/spec/rw", nil, `{"mode":"shared","ttl":"10s","owner":"two"}`)
+	held := api.expect(http.StatusConflict, "lock_held", "POST", "/rwlocks/spec/rw?mode=exclusive", nil, "")
+	if held.header.Get("Retry-After") == "" {
+		t.Error("409 lock_held of a read lock without Retry-After")
+	}
+	status := api.expect(http.StatusOK, "", "GET", "/rwlocks/spec/rw", nil, "")
+	if !strings.Contains(string(status.body), `"reader_count":2`) || !strings.Contains(string(status.body), `"writer":null`) {
+		t.Errorf("a read lock inspected: %s", status.body)
+	}
+	api.expect(http.StatusOK, "", "GET", "/rwlocks", nil, "")
+	tok := hdr{"Lock-Token": first.field("token")}
+	api.expect(http.StatusOK, "", "PUT", "/rwlocks/spec/rw", tok, "")
+	api.expect(http.StatusOK, "", "PUT", "/rwlocks/spec/rw", nil, `{"token":"`+first.field("token")+`","ttl":"20s"}`)
+	api.expect(http.StatusNoContent, "", "DELETE", "/rwlocks/spec/rw", tok, "")
+	api.expect(http.StatusGone, "lease_gone", "DELETE", "/rwlocks/spec/rw", tok, "")
+	api.expect(http.StatusGone, "lease_gone", "PUT", "/rwlocks/spec/rw", tok, "")
+	api.expect(http.StatusGone, "lease_gone", "GET", "/rwlocks/spec/rw/events", tok, "")
+	api.expect(http.StatusNoContent, "", "GET", "/rwlocks/spec/rw/events", hdr{"Lock-Token": first.field("token"), "Last-Event-ID": "3"}, "")
+	api.expect(http.StatusNoContent, "", "POST", "/rwlocks/spec/rw?mode=shared&hold=true", hdr{"Last-Event-ID": "1"}, "")
+	api.expect(http.StatusNoContent, "", "DELETE", "/rwlocks/spec/rw", hdr{"Lock-Token": second.field("token")}, "")
+
+	writer := api.require(http.StatusOK, "POST", "/rwlocks/spec/rw?ttl=10s&owner=writer", nil, "")
+	api.expect(http.StatusConflict, "lock_held", "POST", "/rwlocks/spec/rw?mode=shared", nil, "")
+	if status := api.expect(http.StatusOK, "", "GET", "/rwlocks/spec/rw", nil, ""); !strings.Contains(string(status.body), `"owner":"writer"`) {
+		t.Errorf("a write lock inspected: %s", status.body)
+	}
+	api.expect(http.StatusNoContent, "", "DELETE", "/rwlocks/spec/rw", hdr{"Lock-Token": writer.field("token")}, "")
+
+	key := hdr{"Idempotency-Key": "spec-harness-key-0003"}
+	idem := api.require(http.StatusOK, "POST", "/rwlocks/spec/idem?mode=shared&ttl=10s", key, "")
+	api.expect(http.StatusUnprocessableEntity, "idempotency_mismatch", "POST", "/rwlocks/spec/idem?mode=shared&ttl=20s", key, "")
+	api.expect(http.StatusNoContent, "", "DELETE", "/rwlocks/spec/idem", hdr{"Lock-Token": idem.field("token")}, "")
+}
+
 // exerciseKindsBadInput provokes the new kinds' 400 codes and their 413s.
 func exerciseKindsBadInput(t *testing.T, api *caller) {
 	tok := hdr{"Lock-Token": strings.Repeat("0", 32)}
@@ -85,17 +127,37 @@ func exerciseKindsBadInput(t *testing.T, api *caller) {
 		{"missing_token", "DELETE", "/semaphores/spec/bad"},
 		{"missing_token", "GET", "/semaphores/spec/bad/events"},
 		{"invalid_token", "PUT", "/semaphores/spec/bad?token=xyz"},
+		{"invalid_name", "POST", "/rwlocks/a%252Fb?mode=shared"},
+		{"invalid_name", "PUT", "/rwlocks/a%20b"},
+		{"invalid_name", "DELETE", "/rwlocks/a/../b"},
+		{"invalid_name", "GET", "/rwlocks/a%252Fb"},
+		{"invalid_name", "GET", "/rwlocks/a%252Fb/events"},
+		{"invalid_mode", "POST", "/rwlocks/spec/bad?mode=read"},
+		{"invalid_mode", "POST", "/locks/spec/bad?mode=shared"},
+		{"invalid_mode", "POST", "/semaphores/spec/bad?permits=2&mode=shared"},
+		{"invalid_permits", "POST", "/rwlocks/spec/bad?permits=2"},
+		{"invalid_ttl", "POST", "/rwlocks/spec/bad?mode=shared&ttl=soon"},
+		{"invalid_query", "POST", "/rwlocks/spec/bad?mode=shared&colour=red"},
+		{"invalid_query", "GET", "/rwlocks/spec/bad?mode=shared"},
+		{"missing_token", "PUT", "/rwlocks/spec/bad"},
+		{"missing_token", "DELETE", "/rwlocks/spec/bad"},
+		{"missing_token", "GET", "/rwlocks/spec/bad/events"},
+		{"invalid_token", "PUT", "/rwlocks/spec/bad?token=xyz"},
 	} {
 		api.expect(http.StatusBadRequest, bad.code, bad.method, bad.path, nil, "")
 	}
 	api.expect(http.StatusBadRequest, "invalid_body", "POST", "/semaphores/spec/bad", nil, `{"permits":true}`)
 	api.expect(http.StatusBadRequest, "invalid_request", "POST", "/semaphores/spec/bad?permits=2", nil, `{"permits":2}`)
+	api.expect(http.StatusBadRequest, "invalid_mode", "POST", "/rwlocks/spec/bad", nil, `{"mode":"write"}`)
+	api.expect(http.StatusBadRequest, "invalid_request", "POST", "/rwlocks/spec/bad?mode=shared", nil, `{"mode":"shared"}`)
 
 	big := `{"owner":"` + strings.Repeat("x", 70<<10) + `"}`
 	for _, method := range []string{"POST", "PUT", "DELETE"} {
 		api.expect(http.StatusRequestEntityTooLarge, "body_too_large", method, "/semaphores/spec/big?permits=2", tok, big)
+		api.expect(http.StatusRequestEntityTooLarge, "body_too_large", method, "/rwlocks/spec/big?mode=shared", tok, big)
 	}
 	api.expect(http.StatusRequestEntityTooLarge, "body_too_large", "GET", "/semaphores/spec/big/events", tok, big)
+	api.expect(http.StatusRequestEntityTooLarge, "body_too_large", "GET", "/rwlocks/spec/big/events", tok, big)
 }
 
 // exerciseStreamsOf opens every kind of lease stream of k at once and

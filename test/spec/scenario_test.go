@@ -44,6 +44,7 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 	}{
 		{"lifecycle", func(t *testing.T) { exerciseLifecycle(t, api) }},
 		{"semaphores", func(t *testing.T) { exerciseSemaphoreLifecycle(t, api) }},
+		{"rwlocks", func(t *testing.T) { exerciseRWLockLifecycle(t, api) }},
 		{"bad input", func(t *testing.T) { exerciseBadInput(t, api); exerciseKindsBadInput(t, api) }},
 		{"streams", func(t *testing.T) { exerciseStreams(t, api) }},
 		{"watch", func(t *testing.T) { exerciseWatch(t, api) }},
@@ -145,10 +146,11 @@ func exerciseBadInput(t *testing.T, api *caller) {
 	api.expect(http.StatusUnprocessableEntity, "idempotency_mismatch", "POST", "/locks/spec/idem?ttl=20s", key, "")
 	api.expect(http.StatusNoContent, "", "DELETE", "/locks/spec/idem", hdr{"Lock-Token": first.field("token")}, "")
 
-	// GET /locks and GET /semaphores take no input: ambiguous framing is
-	// their only 400.
+	// GET /locks, /semaphores and /rwlocks take no input: ambiguous
+	// framing is their only 400.
 	for _, target := range []struct{ method, path string }{
 		{"POST", "/locks/smuggled"}, {"GET", "/locks"}, {"POST", "/semaphores/smuggled?permits=2"}, {"GET", "/semaphores"},
+		{"POST", "/rwlocks/smuggled?mode=shared"}, {"GET", "/rwlocks"},
 	} {
 		req, _ := http.NewRequest(target.method, api.base+target.path, nil)
 		r := raw(t, api.base, target.method+" "+target.path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", req)
@@ -159,8 +161,8 @@ func exerciseBadInput(t *testing.T, api *caller) {
 	}
 }
 
-// exerciseStreams opens both kinds of lease stream, of a lock and of a
-// permit, and reads them to their end (exerciseStreamsOf).
+// exerciseStreams opens the lease streams of every kind, of a lock, a
+// permit and a reader, and reads them to their end (exerciseStreamsOf).
 func exerciseStreams(t *testing.T, api *caller) {
 	for _, k := range kinds {
 		exerciseStreamsOf(t, api, k)
@@ -175,6 +177,8 @@ func exerciseRouter(t *testing.T, api, admin *caller) {
 	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "POST", "/locks", nil, "")
 	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "PATCH", "/semaphores/spec/x", nil, "")
 	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "POST", "/semaphores", nil, "")
+	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "PATCH", "/rwlocks/spec/x", nil, "")
+	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "POST", "/rwlocks", nil, "")
 	admin.expect(http.StatusNotFound, "not_found", "GET", "/locks", nil, "")
 	admin.expect(http.StatusMethodNotAllowed, "method_not_allowed", "POST", "/healthz", nil, "")
 }
@@ -199,6 +203,8 @@ func exerciseAuthAndLimits(t *testing.T, b, bAdmin *caller) {
 		{"GET", "/locks/spec/b"}, {"GET", "/locks/spec/b/events"}, {"GET", "/locks/spec/b?watch=true"},
 		{"GET", "/semaphores"}, {"POST", "/semaphores/spec/b?permits=2"}, {"PUT", "/semaphores/spec/b"}, {"DELETE", "/semaphores/spec/b"},
 		{"GET", "/semaphores/spec/b?permits=2"}, {"GET", "/semaphores/spec/b/events"},
+		{"GET", "/rwlocks"}, {"POST", "/rwlocks/spec/b?mode=shared"}, {"PUT", "/rwlocks/spec/b"}, {"DELETE", "/rwlocks/spec/b"},
+		{"GET", "/rwlocks/spec/b"}, {"GET", "/rwlocks/spec/b/events"},
 	} {
 		r := anon.expect(http.StatusUnauthorized, "unauthorized", op.method, op.path, tok, "")
 		if r.header.Get("WWW-Authenticate") == "" {
@@ -209,6 +215,7 @@ func exerciseAuthAndLimits(t *testing.T, b, bAdmin *caller) {
 	first := b.require(http.StatusOK, "POST", "/locks/spec/b/one?ttl=30s", nil, "")
 	b.expect(http.StatusTooManyRequests, "too_many_locks", "POST", "/locks/spec/b/two?ttl=30s", nil, "")
 	b.expect(http.StatusTooManyRequests, "too_many_locks", "POST", "/semaphores/spec/b/two?permits=2&ttl=30s", nil, "")
+	b.expect(http.StatusTooManyRequests, "too_many_locks", "POST", "/rwlocks/spec/b/two?mode=shared&ttl=30s", nil, "")
 
 	// One waiter fills SIDELOCK_MAX_WAITERS=1; once it waits, the next is refused.
 	waiter := make(chan reply, 1)
@@ -243,7 +250,7 @@ func exerciseShutdown(t *testing.T, side *sidecar, b, bAdmin *caller) {
 }
 
 // exerciseNoQuorum kills two of the three masters under live leases, of
-// locks and of permits, and a watch: the lease streams warn (expiring)
+// locks, permits and readers, and a watch: the lease streams warn (expiring)
 // and end (lost), the watch says unavailable, acquire and inspect answer
 // 503, and /readyz turns 503. PUT and DELETE are logged, not asserted: a
 // heartbeat that cannot confirm on a quorum answers 200 with the earlier
@@ -276,6 +283,7 @@ func exerciseNoQuorum(t *testing.T, api, admin *caller, masters []*redistest.Ser
 	}
 	api.expect(http.StatusServiceUnavailable, "no_quorum", "GET", "/locks/spec/nq/other", nil, "")
 	api.expect(http.StatusServiceUnavailable, "no_quorum", "GET", "/semaphores/spec/nq/other?permits=2", nil, "")
+	api.expect(http.StatusServiceUnavailable, "no_quorum", "GET", "/rwlocks/spec/nq/other", nil, "")
 	waitForEvent(t, watch, "unavailable", 15*time.Second)
 	for _, s := range all {
 		for _, stream := range []*sseReader{s.hold, s.events} {

@@ -97,13 +97,13 @@ func (c *checker) report(t *testing.T) {
 	c.failures = nil
 }
 
-// namedPrefixes are the lock API's paths that name a lock or a semaphore
-// (httpapi/kinds.go).
-var namedPrefixes = []string{"/locks", "/semaphores"}
+// namedPrefixes are the lock API's paths that name a lock, a semaphore or
+// a read/write lock (httpapi/kinds.go).
+var namedPrefixes = []string{"/locks", "/semaphores", "/rwlocks"}
 
 // route finds the spec's operation for a request the way the sidecar's
-// router does (httpapi/routes.go): a lock's or a semaphore's name may hold
-// '/', so it is the rest of the path after /locks/ or /semaphores/, and a
+// router does (httpapi/routes.go): a name of any kind may hold '/', so it
+// is the rest of the path after /locks/, /semaphores/ or /rwlocks/, and a
 // GET whose last segment is "events" is the event stream. The admin
 // listener's paths are exact.
 func (c *checker) route(l listener, r *http.Request) (tmpl string, params map[string]string) {
