@@ -8,6 +8,9 @@ export declare const DEFAULT_ADDR: "http://127.0.0.1:7420";
 /** A Go duration string ("30s", "1m30s", "500ms") or a number of seconds. */
 export type Duration = string | number;
 
+/** A read/write lock's side: one of many readers, or the one writer. */
+export type Mode = "shared" | "exclusive";
+
 /** A granted lock. Act on it only before validUntil. */
 export interface Lease {
   name: string;
@@ -26,8 +29,11 @@ export interface Lease {
   maxHoldAt?: Date;
   /** A semaphore's permit: its N (undefined for a lock). */
   permits?: number;
-  /** A semaphore's permit: which of the N slots it holds, 1..N; its fence orders that slot's holders only. */
+  /** A semaphore's permit: which of the N slots it holds, 1..N; its fence orders that slot's holders only.
+   * A read/write lock's reader: which reader slot it holds (its fence is 0). */
   slot?: number;
+  /** A read/write lock's read or write (undefined for a lock or a permit); a writer's fence orders the writers. */
+  mode?: Mode;
 }
 
 /** Who holds a lock, read from the masters (never the token). */
@@ -39,12 +45,32 @@ export interface Status {
   fence?: number;
 }
 
+/** One holder as an inspection lists it: a semaphore's held slot, or a read/write lock's reader (its slot, fence 0)
+ * or writer (slot 0, the writers' fence). */
+export interface Holder {
+  slot: number;
+  owner: string;
+  fence: number;
+  validUntil: Date;
+}
+
 /** Who holds a semaphore's permits: held of permits, one holder per held slot, sorted by slot. */
 export interface SemaphoreStatus {
   name: string;
   permits: number;
   held: number;
-  holders: { slot: number; owner: string; fence: number; validUntil: Date }[];
+  holders: Holder[];
+}
+
+/** Who holds a read/write lock: its writer, or its readers (sorted by slot), and whether a writer waits. */
+export interface RWLockStatus {
+  name: string;
+  /** undefined when no writer holds it. */
+  writer: Holder | undefined;
+  readers: Holder[];
+  readerCount: number;
+  /** A writer's intent bars new readers. */
+  writerWaiting: boolean;
 }
 
 /** One event of a watched lock. */
@@ -90,7 +116,8 @@ export declare class SidelockError extends Error {
   readonly retryAfterMs: number | undefined;
   readonly problem: Problem | Record<string, unknown>;
 }
-/** 409 lock_held: another owner holds the lock (after any wait), or all of a semaphore's permits are held. */
+/** 409 lock_held: another owner holds the lock (after any wait), all of a semaphore's permits are held, or the other
+ * side holds a read/write lock (or, for a reader, a writer waits). */
 export declare class LockHeld extends SidelockError {}
 /** 409 permits_mismatch: this sidecar has holders or waiters of the semaphore with another permits. */
 export declare class PermitsMismatch extends SidelockError {}
@@ -130,6 +157,8 @@ export declare function durationMs(d: Duration): number;
 export declare function lockPath(name: string): string;
 /** The URL path of a semaphore, escaped as a lock's. */
 export declare function semaphorePath(name: string): string;
+/** The URL path of a read/write lock, escaped as a lock's. */
+export declare function rwlockPath(name: string): string;
 /** One event of a watch as a Change. */
 export declare function parseChange(kind: string, data: Record<string, unknown>): Change;
 /** Events of a text/event-stream body; a retry field goes to onRetry. */
@@ -175,7 +204,7 @@ export interface CampaignOptions extends Omit<LockOptions, "hold" | "wait" | "ow
   wait?: Duration;
 }
 
-/** A lock (or a semaphore's permit) kept alive until released. */
+/** A lock (or a semaphore's permit, a read/write lock's read or write) kept alive until released. */
 export declare class KeptLock {
   /** The latest lease: validUntil moves with each renewal. */
   readonly lease: Lease;
@@ -184,8 +213,10 @@ export declare class KeptLock {
   readonly fence: number;
   /** A semaphore's N (undefined for a lock). */
   readonly permits: number | undefined;
-  /** Which of a semaphore's N slots this permit holds (undefined for a lock). */
+  /** Which of a semaphore's N slots this permit holds, or a reader's slot (undefined for a lock). */
   readonly slot: number | undefined;
+  /** A read/write lock's side (undefined for a lock or a permit). */
+  readonly mode: Mode | undefined;
   readonly validUntil: Date;
   /** Aborts, with a LockLost, when the lock is lost (not when released). */
   readonly signal: AbortSignal;
@@ -232,6 +263,20 @@ export declare class Client {
   semaphore(name: string, permits: number, options?: LockOptions): Promise<KeptLock>;
   /** Run fn holding a permit; released when fn settles. */
   withSemaphore<T>(name: string, permits: number, options: LockOptions, fn: (permit: KeptLock) => T | Promise<T>): Promise<T>;
+
+  /** Read ("shared") or write ("exclusive") the lock; rejects with LockHeld when the other side still holds it after
+   * the wait. */
+  acquireRWLock(name: string, mode: Mode, options?: AcquireOptions): Promise<Lease>;
+  /** The heartbeat of a reader or the writer. */
+  extendRWLock(name: string, token: string, options?: { ttl?: Duration; signal?: AbortSignal; timeoutMs?: number }): Promise<Lease>;
+  /** Give the read or the write up; rejects with LeaseGone if the token no longer held it. */
+  releaseRWLock(name: string, token: string, options?: { signal?: AbortSignal }): Promise<void>;
+  /** Who reads or writes the lock now, and whether a writer waits. */
+  inspectRWLock(name: string, options?: { signal?: AbortSignal }): Promise<RWLockStatus>;
+  /** Read or write the lock and keep it alive until released. */
+  rwlock(name: string, mode: Mode, options?: LockOptions): Promise<KeptLock>;
+  /** Run fn reading or writing the lock; released when fn settles. */
+  withRWLock<T>(name: string, mode: Mode, options: LockOptions, fn: (lock: KeptLock) => T | Promise<T>): Promise<T>;
 
   /** The changes of the lock, a "state" first, until signal aborts or the loop stops; reconnects a broken stream. */
   watch(name: string, options?: { signal?: AbortSignal }): AsyncGenerator<Change, void, void>;

@@ -28,7 +28,9 @@ export class SidelockError extends Error {
     this.problem = problem;
   }
 }
-/** 409 lock_held: another owner holds the lock (after any wait). */
+/** 409 lock_held: another owner holds the lock (after any wait); for a
+ * semaphore, all its permits are held; for a read/write lock, the other
+ * side holds it (or, for a reader, a writer waits). */
 export class LockHeld extends SidelockError {}
 /** 409 permits_mismatch: this sidecar has holders or waiters of the
  * semaphore with another permits; every caller must name the same N. */
@@ -135,14 +137,21 @@ export function semaphorePath(name) {
   return "/semaphores/" + escapeName(name);
 }
 
+/** The URL path of a read/write lock, its name escaped as a lock's is;
+ * a keyspace of its own too: read/write lock "x" is neither lock "x" nor
+ * semaphore "x". */
+export function rwlockPath(name) {
+  return "/rwlocks/" + escapeName(name);
+}
+
 function escapeName(name) {
   if (name === "." || name === "..") throw new InvalidRequest("invalid_name", 0, `name ${JSON.stringify(name)} is a dot segment`);
   return encodeURIComponent(name);
 }
 
 /** The query of an acquire: durations always as Go duration strings;
- * permits for a semaphore. */
-function acquireQuery({ ttl, wait, owner, maxHold } = {}, { hold = false, permits } = {}) {
+ * permits for a semaphore, mode for a read/write lock. */
+function acquireQuery({ ttl, wait, owner, maxHold } = {}, { hold = false, permits, mode } = {}) {
   const q = new URLSearchParams();
   if (ttl !== undefined) q.set("ttl", goDuration(ttl));
   if (wait !== undefined) q.set("wait", goDuration(wait));
@@ -150,6 +159,7 @@ function acquireQuery({ ttl, wait, owner, maxHold } = {}, { hold = false, permit
   if (owner !== undefined) q.set("owner", owner);
   if (hold) q.set("hold", "true");
   if (permits !== undefined) q.set("permits", String(permits));
+  if (mode !== undefined) q.set("mode", mode);
   return q;
 }
 
@@ -167,9 +177,12 @@ function parseLease(b) {
     validUntil: new Date(b.valid_until),
     fence: b.fence ?? 0,
     maxHoldAt: b.max_hold_at ? new Date(b.max_hold_at) : undefined,
-    // A semaphore's permit: N, and which of the N slots it holds.
+    // A semaphore's permit: N, and which of the N slots it holds; a
+    // read/write lock's reader: which reader slot it holds.
     permits: b.permits,
     slot: b.slot,
+    // A read/write lock's side: "shared" or "exclusive".
+    mode: b.mode,
   };
 }
 
@@ -183,12 +196,22 @@ function parseStatus(b) {
   };
 }
 
+function parseHolder(h) {
+  return { slot: h.slot ?? 0, owner: h.owner ?? "", fence: h.fence ?? 0, validUntil: new Date(h.valid_until) };
+}
+
 function parseSemaphoreStatus(b) {
+  return { name: b.name, permits: b.permits, held: b.held, holders: (b.holders ?? []).map(parseHolder) };
+}
+
+function parseRWLockStatus(b) {
+  const readers = (b.readers ?? []).map(parseHolder);
   return {
     name: b.name,
-    permits: b.permits,
-    held: b.held,
-    holders: (b.holders ?? []).map((h) => ({ slot: h.slot, owner: h.owner ?? "", fence: h.fence, validUntil: new Date(h.valid_until) })),
+    writer: b.writer ? parseHolder(b.writer) : undefined,
+    readers,
+    readerCount: b.reader_count ?? readers.length,
+    writerWaiting: Boolean(b.writer_waiting),
   };
 }
 
@@ -356,12 +379,52 @@ export class Client {
   /** Take one of the semaphore's permits and keep it until released,
    * exactly as lock() keeps a lock; the kept permit has permits and slot. */
   async semaphore(name, permits, opts = {}) {
-    return this.#keep(semaphorePath(name), opts, permits);
+    return this.#keep(semaphorePath(name), opts, { permits });
   }
 
   /** Run fn(permit) holding one of the semaphore's permits; released when fn settles. */
   async withSemaphore(name, permits, opts, fn) {
     return runHolding(await this.semaphore(name, permits, opts), fn);
+  }
+
+  // Read/write locks: many readers ("shared") or one writer ("exclusive")
+  // at once. Each call is its lock counterpart with the mode; extend and
+  // release find the reader or the writer by its token alone.
+
+  /** Read ("shared") or write ("exclusive") the lock, waiting up to
+   * opts.wait while the other side holds it: a writer holding or waiting,
+   * for a reader; readers or another writer, for a writer. Rejects with
+   * LockHeld when it is still held after the wait. The lease carries mode;
+   * a reader's its slot, a writer's a fence. */
+  async acquireRWLock(name, mode, opts = {}) {
+    return this._acquire(rwlockPath(name), acquireQuery(opts, { mode }), opts);
+  }
+
+  /** The heartbeat of a reader or the writer, as extend is a lock's. */
+  async extendRWLock(name, token, opts = {}) {
+    return this._extend(rwlockPath(name), token, opts);
+  }
+
+  /** Give the read or the write up; rejects with LeaseGone if the token no longer held it. */
+  async releaseRWLock(name, token, opts = {}) {
+    return this._release(rwlockPath(name), token, opts);
+  }
+
+  /** Who reads or writes the lock now, and whether a writer waits. */
+  async inspectRWLock(name, { signal } = {}) {
+    const res = await this.#call("GET", rwlockPath(name), undefined, {}, this.timeoutMs, signal);
+    return parseRWLockStatus(await res.json());
+  }
+
+  /** Read or write the lock and keep it until released, exactly as lock()
+   * keeps a lock; the kept lock has mode (and a reader its slot). */
+  async rwlock(name, mode, opts = {}) {
+    return this.#keep(rwlockPath(name), opts, { mode });
+  }
+
+  /** Run fn(lock) reading or writing the lock; released when fn settles. */
+  async withRWLock(name, mode, opts, fn) {
+    return runHolding(await this.rwlock(name, mode, opts), fn);
   }
 
   // Watching a lock, and leader election: a lock whose owner names the leader.
@@ -437,7 +500,7 @@ export class Client {
     return status.held ? status.owner : undefined;
   }
 
-  // The calls above, by URL path: a lock's or a semaphore's.
+  // The calls above, by URL path: a lock's, a semaphore's or a read/write lock's.
 
   async _acquire(path, query, opts) {
     const headers = opts.idempotencyKey ? { "Idempotency-Key": opts.idempotencyKey } : {};
@@ -457,9 +520,11 @@ export class Client {
     await res.arrayBuffer();
   }
 
-  async #keep(path, opts, permits) {
-    if (opts.hold) return HeldLock.open(this, path, acquireQuery(opts, { hold: true, permits }), opts);
-    return new HeartbeatLock(this, path, await this._acquire(path, acquireQuery(opts, { permits }), opts), opts.onLost);
+  /** Acquires and keeps what path names; kind is a semaphore's {permits}
+   * or a read/write lock's {mode}. */
+  async #keep(path, opts, kind = {}) {
+    if (opts.hold) return HeldLock.open(this, path, acquireQuery(opts, { ...kind, hold: true }), opts);
+    return new HeartbeatLock(this, path, await this._acquire(path, acquireQuery(opts, kind), opts), opts.onLost);
   }
 
   /** One watch stream, aborted by signal for as long as it is open; close() ends it. */
@@ -623,7 +688,7 @@ export class KeptLock {
 
   constructor(client, path, lease, onLost) {
     this.client = client;
-    this.path = path; // /locks/... or /semaphores/...: where extend and release go
+    this.path = path; // /locks/..., /semaphores/... or /rwlocks/...: where extend and release go
     this.lease = lease;
     this.#onLost = onLost;
   }
@@ -642,9 +707,14 @@ export class KeptLock {
   get permits() {
     return this.lease.permits;
   }
-  /** Which of a semaphore's N slots this permit holds (undefined for a lock). */
+  /** Which of a semaphore's N slots this permit holds, or which reader
+   * slot a read/write lock's reader holds (undefined for a lock). */
   get slot() {
     return this.lease.slot;
+  }
+  /** A read/write lock's side: "shared" or "exclusive" (undefined else). */
+  get mode() {
+    return this.lease.mode;
   }
   /** Act on the lock only before this instant. */
   get validUntil() {

@@ -20,8 +20,9 @@ type execOptions struct {
 	sidecar sidecarFlags
 	opts    client.Options
 	grace   time.Duration
-	permits int  // > 0: hold one of the semaphore NAME's permits instead of the lock
-	leader  bool // campaign for the lock NAME until elected
+	permits int         // > 0: hold one of the semaphore NAME's permits instead of the lock
+	mode    client.Mode // != "": hold the read/write lock NAME in this mode instead of the lock
+	leader  bool        // campaign for the lock NAME until elected
 	name    string
 	argv    []string
 }
@@ -33,11 +34,12 @@ func parseExec(args []string, getenv func(string) string, stdout io.Writer) (exe
 	addAcquireFlags(fs, &o.opts)
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM on an expiring or lost lock, wait at most this long before SIGKILL (never past the lock's valid_until)")
 	fs.IntVar(&o.permits, "permits", 0, "hold one of `N` permits of the semaphore NAME instead of the lock NAME (1..64; every caller must give the same N)")
+	fs.StringVar((*string)(&o.mode), "mode", "", "hold the read/write lock NAME instead of the lock NAME, as `MODE` shared (one of many readers; SIDELOCK_SLOT says which reader slot) or exclusive (the one writer)")
 	fs.BoolVar(&o.leader, "leader", false, "leader election: campaign for the lock NAME until elected, however long it takes (no --wait), then run the command as its leader")
 	if err := parseFlags(fs, "exec", args, stdout); err != nil {
 		return o, err
 	}
-	if err := checkExecMode(o, isSet(fs, "permits")); err != nil {
+	if err := checkExecMode(o, isSet(fs, "permits"), isSet(fs, "mode")); err != nil {
 		return o, err
 	}
 	rest := fs.Args()
@@ -52,12 +54,20 @@ func parseExec(args []string, getenv func(string) string, stdout io.Writer) (exe
 	return o, nil
 }
 
-// checkExecMode refuses --permits and --leader where they mean nothing:
-// a leader is a lock's holder, and a campaign waits as long as it takes.
-func checkExecMode(o execOptions, permitsSet bool) error {
+// checkExecMode refuses --permits, --mode and --leader where they mean
+// nothing: each names another kind of lease (a semaphore's permit, a
+// read/write lock's read or write, a lock's leadership), and a campaign
+// waits as long as it takes.
+func checkExecMode(o execOptions, permitsSet, modeSet bool) error {
 	switch {
 	case permitsSet && (o.permits < 1 || o.permits > lease.MaxPermits):
 		return usageError("exec", "--permits %d: a semaphore has 1 to %d permits", o.permits, lease.MaxPermits)
+	case modeSet && o.mode != client.Shared && o.mode != client.Exclusive:
+		return usageError("exec", "--mode %q: a read/write lock is held %q or %q", o.mode, client.Shared, client.Exclusive)
+	case modeSet && permitsSet:
+		return usageError("exec", "--mode and --permits exclude each other: a read/write lock has no permits")
+	case modeSet && o.leader:
+		return usageError("exec", "--leader and --mode exclude each other: a leader holds a lock")
 	case o.leader && o.permits > 0:
 		return usageError("exec", "--leader and --permits exclude each other: a leader holds a lock")
 	case o.leader && o.opts.Wait != 0:
@@ -99,37 +109,58 @@ func runExec(ctx context.Context, args []string, getenv func(string) string, std
 }
 
 // acquire holds what the command runs under, over one connection: the
-// lock, a semaphore's permit, or the lock once elected its leader.
+// lock, a semaphore's permit, a read/write lock's read or write, or the
+// lock once elected its leader.
 func (o execOptions) acquire(ctx context.Context, c *client.Client) (*client.Held, error) {
 	switch {
 	case o.leader:
 		return c.Campaign(ctx, o.name, o.opts)
 	case o.permits > 0:
 		return c.HoldSemaphore(ctx, o.name, o.permits, o.opts)
+	case o.mode != "":
+		return c.HoldRWLock(ctx, o.name, o.mode, o.opts)
 	default:
 		return c.Hold(ctx, o.name, o.opts)
 	}
 }
 
-// acquireFailed is acquireFailed with a semaphore's words: all of its
-// permits held (75), or callers that disagree on their number (64).
+// acquireFailed is acquireFailed with a semaphore's or a read/write
+// lock's words: not admitted (75), or a semaphore's callers that disagree
+// on its number of permits (64).
 func (o execOptions) acquireFailed(ctx context.Context, err error) error {
 	switch {
-	case o.permits == 0 || ctx.Err() != nil:
+	case o.permits == 0 && o.mode == "" || ctx.Err() != nil:
 		return acquireFailed(ctx, "exec", o.name, o.opts, o.sidecar.api, err)
 	case errors.Is(err, client.ErrPermitsMismatch):
 		return usageError("exec", "semaphore %q is held or awaited on this sidecar with another number of permits than %d", o.name, o.permits)
-	case errors.Is(err, client.ErrLockHeld) && o.opts.Wait == 0:
-		return exitWith(exitNotAcquired, "all %d permits of semaphore %q are held (try once: no --wait)", o.permits, o.name)
 	case errors.Is(err, client.ErrLockHeld):
-		return exitWith(exitNotAcquired, "no permit of semaphore %q within --wait %v", o.name, o.opts.Wait)
+		return o.notAdmitted()
 	default:
 		return acquireFailed(ctx, "exec", o.name, o.opts, o.sidecar.api, err)
 	}
 }
 
+// notAdmitted says what kept a semaphore's permit or a read/write lock's
+// read or write from exec, at once or within --wait.
+func (o execOptions) notAdmitted() error {
+	held, waited := fmt.Sprintf("all %d permits of semaphore %q are held", o.permits, o.name), "no permit of semaphore"
+	switch o.mode {
+	case client.Shared:
+		held = fmt.Sprintf("read/write lock %q admits no reader: a writer holds or awaits it, or %d readers read", o.name, lease.MaxReaders)
+		waited = "no read of read/write lock"
+	case client.Exclusive:
+		held = fmt.Sprintf("read/write lock %q admits no writer: readers or another writer hold it", o.name)
+		waited = "no write of read/write lock"
+	}
+	if o.opts.Wait == 0 {
+		return exitWith(exitNotAcquired, "%s (try once: no --wait)", held)
+	}
+	return exitWith(exitNotAcquired, "%s %q within --wait %v", waited, o.name, o.opts.Wait)
+}
+
 // commandEnv is exec's environment and the lock's name, token and fence,
-// and for a semaphore's permit its slot.
+// for a semaphore's permit or a reader its slot, and for a read/write
+// lock its mode.
 func commandEnv(l client.Lease) []string {
 	env := append(os.Environ(),
 		"SIDELOCK_LOCK_NAME="+l.Name,
@@ -137,6 +168,9 @@ func commandEnv(l client.Lease) []string {
 		"SIDELOCK_FENCE="+strconv.FormatInt(l.Fence, 10))
 	if l.Slot > 0 {
 		env = append(env, "SIDELOCK_SLOT="+strconv.Itoa(l.Slot))
+	}
+	if l.Mode != "" {
+		env = append(env, "SIDELOCK_MODE="+string(l.Mode))
 	}
 	return env
 }

@@ -1,6 +1,6 @@
 // Package client is a small Go client of sidelock's HTTP lock API, used by
 // `sidelock exec`, the examples and the benchmarks: locks, semaphores,
-// watching a lock and leader election. Applications in any language can
+// read/write locks, watching a lock and leader election. Applications in any language can
 // use the API with plain HTTP; this package only saves Go callers the
 // JSON and the server-sent events parsing.
 package client
@@ -23,7 +23,10 @@ const DefaultAddr = "http://127.0.0.1:7420"
 // Errors the API answers with; match them with errors.Is. The *Error
 // carries the details.
 var (
-	ErrLockHeld  = errors.New("lock held") // for a semaphore: all its permits are held
+	// ErrLockHeld: the lock is held; for a semaphore, all its permits
+	// are; for a read/write lock, the other side holds it (or a writer
+	// waits, for a reader).
+	ErrLockHeld  = errors.New("lock held")
 	ErrLeaseGone = errors.New("lease gone")
 	ErrNoQuorum  = errors.New("no quorum")
 	// ErrPermitsMismatch: this sidecar has holders or waiters of the
@@ -57,7 +60,8 @@ func (e *Error) Is(target error) bool {
 	return false
 }
 
-// Lease is a granted lock, or a semaphore's permit.
+// Lease is a granted lock, a semaphore's permit, or a read/write lock's
+// read or write.
 type Lease struct {
 	Name           string    `json:"name"`
 	Token          string    `json:"token"`
@@ -70,8 +74,12 @@ type Lease struct {
 	// Permits and Slot are a semaphore permit's: the semaphore's number of
 	// permits and which of its slots (1..Permits) this lease holds. The
 	// fence orders the holders of one slot only.
+	// A reader of a read/write lock has a Slot too (which of the reader
+	// slots it holds) and no fence.
 	Permits int `json:"permits,omitempty"`
 	Slot    int `json:"slot,omitempty"`
+	// Mode is a read/write lock's side: Shared or Exclusive ("" else).
+	Mode Mode `json:"mode,omitempty"`
 }
 
 // Options tune an acquisition; zero values take the sidecar's defaults.
@@ -112,14 +120,15 @@ func New(base string, httpClient *http.Client) *Client {
 	return &Client{base: strings.TrimRight(base, "/"), http: httpClient}
 }
 
-// keyspace is where names live in the API: the lock "x" and the
-// semaphore "x" are unrelated. Every request of both goes through do
-// with one of them.
+// keyspace is where names live in the API: the lock "x", the semaphore
+// "x" and the read/write lock "x" are unrelated. Every request of each
+// goes through do with one of them.
 type keyspace string
 
 const (
 	locks      keyspace = "/locks/"
 	semaphores keyspace = "/semaphores/"
+	rwlocks    keyspace = "/rwlocks/"
 )
 
 // path is name's resource in the keyspace.

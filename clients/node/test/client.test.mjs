@@ -18,6 +18,7 @@ import {
   parseChange,
   PermitsMismatch,
   readEvents,
+  rwlockPath,
   semaphorePath,
   SidelockError,
   Unavailable,
@@ -46,6 +47,8 @@ test("lock paths are one escaped segment that URL parsers leave alone", () => {
   assert.throws(() => lockPath(".."), InvalidRequest);
   assert.equal(semaphorePath("a?b/c#d"), "/semaphores/a%3Fb%2Fc%23d");
   assert.throws(() => semaphorePath("."), InvalidRequest);
+  assert.equal(rwlockPath("a?b/c#d"), "/rwlocks/a%3Fb%2Fc%23d");
+  assert.throws(() => rwlockPath(".."), InvalidRequest);
 });
 
 test("the error class follows the code", () => {
@@ -140,6 +143,34 @@ test("a campaign retries on LockHeld until its signal aborts", { timeout: 5000 }
   await assert.rejects(client.campaign("jobs/leader", { owner: "me", wait: 0 }), TypeError);
 });
 
+test("read/write lock calls go to /rwlocks with their mode", { timeout: 5000 }, async (t) => {
+  const until = new Date(Date.now() + 30000).toISOString();
+  const lease = { name: "books/42", token: "ab".repeat(16), owner: "r", ttl: "30s", acquired_at: until, lease_expires_at: until, valid_until: until };
+  const server = await scripted(t, [
+    json({ ...lease, mode: "shared", slot: 5 }),
+    json({ ...lease, ttl: "20s", mode: "shared", slot: 5 }),
+    json({ name: "books/42", writer: { owner: "w", fence: 9, valid_until: until }, readers: [], reader_count: 0, writer_waiting: false }),
+    stream(`event: acquired\ndata: ${JSON.stringify({ ...lease, mode: "exclusive", fence: 9 })}\n\n`, { keepOpen: true }),
+    noContent,
+  ]);
+  const client = new Client({ baseUrl: server.url, timeoutMs: 5000 });
+  const reader = await client.acquireRWLock("books/42", "shared", { owner: "r", wait: "2s" });
+  assert.deepEqual([reader.mode, reader.slot, reader.fence], ["shared", 5, 0]);
+  assert.equal((await client.extendRWLock("books/42", reader.token, { ttl: 20 })).ttl, "20s");
+  const status = await client.inspectRWLock("books/42");
+  assert.deepEqual([status.writer.owner, status.writer.fence, status.readers, status.readerCount, status.writerWaiting], ["w", 9, [], 0, false]);
+  await client.withRWLock("books/42", "exclusive", { hold: true }, async (writer) => {
+    assert.deepEqual([writer.mode, writer.slot, writer.fence], ["exclusive", undefined, 9]);
+  });
+  assert.deepEqual(server.requests.map((r) => [r.method, r.url]), [
+    ["POST", "/rwlocks/books%2F42?wait=2s&owner=r&mode=shared"],
+    ["PUT", "/rwlocks/books%2F42?ttl=20s"],
+    ["GET", "/rwlocks/books%2F42"],
+    ["POST", "/rwlocks/books%2F42?hold=true&mode=exclusive"],
+    ["DELETE", "/rwlocks/books%2F42"],
+  ]);
+});
+
 // A scripted server on a free loopback port: the n-th request gets
 // answers[n] (the last one once the script runs out), after onRequest(n).
 async function scripted(t, answers, onRequest = () => {}) {
@@ -171,6 +202,18 @@ function stream(body, { keepOpen = false } = {}) {
       res.write(body, () => res.destroy()); // no clean end: the connection breaks
     }
   };
+}
+
+function json(body) {
+  return (res) => {
+    res.writeHead(200, { "Content-Type": "application/json" });
+    res.end(JSON.stringify(body));
+  };
+}
+
+function noContent(res) {
+  res.writeHead(204);
+  res.end();
 }
 
 function problem(status, code, extra = {}) {

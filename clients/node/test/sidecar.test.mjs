@@ -196,6 +196,44 @@ describe("against a sidecar", { skip: !process.env.SIDELOCK_ADDR && "needs a sid
     assert.deepEqual(await client.inspectSemaphore(name, 2), { name, permits: 2, held: 0, holders: [] });
   });
 
+  test("readers share a read/write lock, a writer excludes them", async () => {
+    const name = unique("rwlock");
+    const a = await client.acquireRWLock(name, "shared", { ttl: "30s", owner: "a" });
+    const b = await client.acquireRWLock(name, "shared", { ttl: "30s", owner: "b" });
+    assert.deepEqual([a.mode, b.mode, a.fence, b.fence], ["shared", "shared", 0, 0]);
+    assert.notEqual(a.slot, b.slot);
+    await assert.rejects(client.acquireRWLock(name, "exclusive", { owner: "w" }), (e) => e instanceof LockHeld && e.status === 409);
+    await assert.rejects(client.acquireRWLock(name, "read"), (e) => e instanceof InvalidRequest && e.code === "invalid_mode");
+    const status = await client.inspectRWLock(name);
+    assert.deepEqual([status.writer, status.readerCount, status.writerWaiting], [undefined, 2, false]);
+    const bySlot = (x, y) => x[0] - y[0];
+    assert.deepEqual(status.readers.map((r) => [r.slot, r.owner]).sort(bySlot), [[a.slot, "a"], [b.slot, "b"]].sort(bySlot));
+    assert.equal((await client.inspect(name)).held, false, "lock x is not read/write lock x");
+    const extended = await client.extendRWLock(name, b.token, { ttl: 60 });
+    assert.deepEqual([extended.ttl, extended.slot, extended.mode], ["1m0s", b.slot, "shared"]);
+
+    // The writer waits for both readers to go.
+    const releasing = sleep(300).then(async () => {
+      await client.releaseRWLock(name, a.token);
+      await client.releaseRWLock(name, b.token);
+    });
+    await client.withRWLock(name, "exclusive", { wait: "10s", owner: "w", hold: true }, async (writer) => {
+      await releasing;
+      assert.deepEqual([writer.mode, writer.slot], ["exclusive", undefined]);
+      assert.ok(writer.fence > 0);
+      const written = await client.inspectRWLock(name);
+      assert.deepEqual([written.writer?.owner, written.writer?.fence, written.readers], ["w", writer.fence, []]);
+      await assert.rejects(client.acquireRWLock(name, "shared"), LockHeld);
+    });
+    await client.withRWLock(name, "shared", { ttl: "30s", owner: "d" }, async (kept) => {
+      // heartbeats, then a release, to the read/write lock
+      assert.equal(kept.mode, "shared");
+      assert.equal((await client.inspectRWLock(name)).readerCount, 1);
+    });
+    assert.deepEqual(await client.inspectRWLock(name), { name, writer: undefined, readers: [], readerCount: 0, writerWaiting: false });
+    await assert.rejects(client.releaseRWLock(name, a.token), LeaseGone);
+  });
+
   test("a watch sees acquired then released", async () => {
     const name = unique("watch");
     const changes = client.watch(name, { signal: AbortSignal.timeout(10000) }); // a missing change fails instead of hanging

@@ -11,7 +11,7 @@ import uuid
 from typing import Iterator, List
 
 from sidelock import (Change, Client, IdempotencyMismatch, InvalidRequest, KeptLock, LeaseGone, LockHeld,
-                      PermitsMismatch, SidelockError, Unreachable, Watch)
+                      PermitsMismatch, RWLockStatus, SidelockError, Unreachable, Watch)
 from sidelock.times import now
 
 
@@ -200,6 +200,47 @@ class SidecarTest(unittest.TestCase):
         self.assertEqual(c.inspect_semaphore(name, 2).held, 1)
         c.release_semaphore(name, b.token)
         self.assertEqual(c.inspect_semaphore(name, 2), type(status)(name, 2, 0, ()))
+
+    def test_rwlock_readers_share_and_a_writer_excludes(self) -> None:
+        c, name = self.client, unique("rwlock")
+        a = c.acquire_rwlock(name, "shared", ttl="30s", owner="a")
+        b = c.acquire_rwlock(name, "shared", ttl="30s", owner="b")
+        self.assertEqual((a.mode, b.mode, a.fence, b.fence), ("shared", "shared", 0, 0))
+        self.assertNotEqual(a.slot, b.slot)
+        with self.assertRaises(LockHeld):
+            c.acquire_rwlock(name, "exclusive", owner="w")
+        with self.assertRaises(InvalidRequest) as bad:
+            c.acquire_rwlock(name, "read")  # type: ignore[arg-type]
+        self.assertEqual(bad.exception.code, "invalid_mode")
+        status = c.inspect_rwlock(name)
+        self.assertEqual((status.writer, status.reader_count), (None, 2))
+        self.assertEqual(sorted((r.slot, r.owner) for r in status.readers), sorted([(a.slot, "a"), (b.slot, "b")]))
+        self.assertFalse(c.inspect(name).held)  # lock "x" is not read/write lock "x"
+        extended = c.extend_rwlock(name, b.token, ttl=60)
+        self.assertEqual((extended.ttl, extended.slot, extended.mode), ("1m0s", b.slot, "shared"))
+
+        # The writer waits for both readers to go.
+        def release_readers() -> None:
+            c.release_rwlock(name, a.token)
+            c.release_rwlock(name, b.token)
+        releaser = threading.Timer(0.3, release_readers)
+        releaser.start()
+        self.addCleanup(releaser.join)
+        with c.rwlock(name, "exclusive", wait="10s", owner="w", hold=True) as writer:
+            self.assertEqual((writer.mode, writer.slot), ("exclusive", None))
+            self.assertGreater(writer.fence, 0)
+            status = c.inspect_rwlock(name)
+            self.assertEqual((status.writer and status.writer.owner, status.writer and status.writer.fence),
+                             ("w", writer.fence))
+            self.assertEqual(status.readers, ())
+            with self.assertRaises(LockHeld):
+                c.acquire_rwlock(name, "shared")
+        with c.rwlock(name, "shared", ttl="30s", owner="d") as kept:  # heartbeats, then a release, to the rwlock
+            self.assertEqual(kept.mode, "shared")
+            self.assertEqual(c.inspect_rwlock(name).reader_count, 1)
+        self.assertEqual(c.inspect_rwlock(name), RWLockStatus(name))
+        with self.assertRaises(LeaseGone):
+            c.release_rwlock(name, a.token)
 
     def test_watch_sees_acquired_then_released(self) -> None:
         c, name = self.client, unique("watch")

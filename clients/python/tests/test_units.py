@@ -4,7 +4,7 @@ import datetime as dt
 import unittest
 
 from sidelock import (ERRORS_BY_CODE, Change, InvalidRequest, Lease, LockHeld, NoQuorum, Overloaded, PermitsMismatch,
-                      SemaphoreStatus, SidelockError, Unavailable, lock_path, semaphore_path)
+                      RWLockStatus, SemaphoreStatus, SidelockError, Unavailable, lock_path, rwlock_path, semaphore_path)
 from sidelock.client import acquire_query, problem_error
 from sidelock.sse import Event, read_events
 from sidelock.times import go_duration, parse_time, seconds
@@ -74,10 +74,15 @@ class PathTest(unittest.TestCase):
         self.assertEqual(lock_path("orders/42"), "/locks/orders/42")
         self.assertEqual(lock_path("a?b/c#d"), "/locks/a%3Fb/c%23d")
         self.assertEqual(semaphore_path("a?b/c#d"), "/semaphores/a%3Fb/c%23d")
+        self.assertEqual(rwlock_path("a?b/c#d"), "/rwlocks/a%3Fb/c%23d")
 
     def test_permits_are_sent_with_the_acquire(self) -> None:
         self.assertEqual(acquire_query(ttl=5, permits=3, owner="w"), {"ttl": "5s", "owner": "w", "permits": "3"})
         self.assertNotIn("permits", acquire_query(ttl=5))
+
+    def test_the_mode_is_sent_with_the_acquire(self) -> None:
+        self.assertEqual(acquire_query(owner="r", mode="shared"), {"owner": "r", "mode": "shared"})
+        self.assertNotIn("mode", acquire_query(ttl=5, permits=3))
 
 
 class ModelTest(unittest.TestCase):
@@ -97,6 +102,23 @@ class ModelTest(unittest.TestCase):
         self.assertEqual((status.permits, status.held), (3, 2))
         self.assertEqual([(h.slot, h.owner, h.fence) for h in status.holders], [(1, "a", 17), (3, "b", 4)])
         self.assertEqual(SemaphoreStatus.from_json({"name": "pool", "permits": 3, "held": 0}).holders, ())
+
+    def test_a_read_or_write_carries_its_mode(self) -> None:
+        reader = Lease.from_json({**self.LEASE, "fence": 0, "mode": "shared", "slot": 7})
+        self.assertEqual((reader.mode, reader.slot, reader.fence, reader.permits), ("shared", 7, 0, None))
+        self.assertIsNone(Lease.from_json(self.LEASE).mode)
+
+    def test_rwlock_status_has_a_writer_or_readers(self) -> None:
+        t = "2026-01-01T10:00:09Z"
+        read = RWLockStatus.from_json({"name": "books", "writer": None, "readers": [
+            {"slot": 2, "owner": "a", "valid_until": t}, {"slot": 9, "owner": "b", "valid_until": t}],
+            "reader_count": 2, "writer_waiting": True})
+        self.assertEqual((read.writer, read.reader_count, read.writer_waiting), (None, 2, True))
+        self.assertEqual([(r.slot, r.owner, r.fence) for r in read.readers], [(2, "a", 0), (9, "b", 0)])
+        written = RWLockStatus.from_json({"name": "books", "writer": {"owner": "w", "fence": 12, "valid_until": t},
+                                          "readers": [], "reader_count": 0, "writer_waiting": False})
+        self.assertEqual((written.writer and written.writer.owner, written.writer and written.writer.fence), ("w", 12))
+        self.assertEqual((written.readers, written.writer_waiting), ((), False))
 
     def test_changes_of_a_watch(self) -> None:
         t = "2026-01-01T10:00:09Z"

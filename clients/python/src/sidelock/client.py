@@ -12,7 +12,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 from .errors import LockHeld, SidelockError, Unreachable, error_for
 from .keep import HeartbeatLock, HeldLock, KeptLock
-from .models import Lease, SemaphoreStatus, Status
+from .models import Lease, Mode, RWLockStatus, SemaphoreStatus, Status
 from .times import Duration, go_duration, seconds
 from .watch import Watch
 
@@ -34,8 +34,16 @@ def semaphore_path(name: str) -> str:
     return "/semaphores/" + escape_name(name)
 
 
+def rwlock_path(name: str) -> str:
+    """The URL path of a read/write lock, its name escaped as a lock's is;
+    a keyspace of its own too: read/write lock "x" is neither lock "x" nor
+    semaphore "x"."""
+    return "/rwlocks/" + escape_name(name)
+
+
 def escape_name(name: str) -> str:
-    """A lock's or semaphore's name as URL path segments (see lock_path)."""
+    """A lock's, semaphore's or read/write lock's name as URL path segments
+    (see lock_path)."""
     return "/".join(urllib.parse.quote(s, safe="") for s in name.split("/"))
 
 
@@ -113,6 +121,37 @@ class Client:
         _, body = self._call("GET", semaphore_path(name), {"permits": str(permits)}, {})
         return SemaphoreStatus.from_json(json.loads(body))
 
+    # Read/write locks: many readers ("shared") or one writer ("exclusive")
+    # at once. Each call is its lock counterpart with the mode; extend and
+    # release find the reader or the writer by its token alone.
+
+    def acquire_rwlock(self, name: str, mode: Mode, *, ttl: Optional[Duration] = None,
+                       wait: Optional[Duration] = None, owner: Optional[str] = None,
+                       max_hold: Optional[Duration] = None, idempotency_key: Optional[str] = None) -> Lease:
+        """Read (``mode="shared"``) or write (``"exclusive"``) the lock,
+        waiting up to ``wait`` while the other side holds it: a writer
+        holding or waiting, for a reader; readers or another writer, for a
+        writer. Raises LockHeld when it is still held after the wait. The
+        lease carries ``mode``; a reader's its ``slot``, a writer's a fence."""
+        query = acquire_query(ttl=ttl, wait=wait, owner=owner, max_hold=max_hold, mode=mode)
+        return self._acquire(rwlock_path(name), query, wait, idempotency_key)
+
+    def extend_rwlock(self, name: str, token: str, *, ttl: Optional[Duration] = None,
+                      timeout: Optional[float] = None) -> Lease:
+        """The heartbeat of a reader or the writer, as extend is a lock's."""
+        return self._extend(rwlock_path(name), token, ttl=ttl, timeout=timeout)
+
+    def release_rwlock(self, name: str, token: str) -> None:
+        """Give the read or the write up. Raises LeaseGone if the token no
+        longer held it."""
+        self._release(rwlock_path(name), token)
+
+    def inspect_rwlock(self, name: str) -> RWLockStatus:
+        """Who reads or writes the lock now, and whether a writer waits,
+        read from the masters."""
+        _, body = self._call("GET", rwlock_path(name), {}, {})
+        return RWLockStatus.from_json(json.loads(body))
+
     # Locks and permits kept alive for the caller (keep.py).
 
     def lock(self, name: str, *, ttl: Optional[Duration] = None, wait: Optional[Duration] = None,
@@ -143,6 +182,16 @@ class Client:
         ``hold=True``); the kept permit has ``permits`` and ``slot``."""
         query = acquire_query(ttl=ttl, wait=wait, owner=owner, max_hold=max_hold, permits=permits)
         return self._keep(semaphore_path(name), query, wait, hold, on_lost)
+
+    def rwlock(self, name: str, mode: Mode, *, ttl: Optional[Duration] = None, wait: Optional[Duration] = None,
+               owner: Optional[str] = None, max_hold: Optional[Duration] = None, hold: bool = False,
+               on_lost: Optional[Callable[[str], None]] = None) -> KeptLock:
+        """Read (``"shared"``) or write (``"exclusive"``) the lock and keep
+        it until released, exactly as lock() keeps a lock (heartbeats, or
+        held with ``hold=True``); the kept lock has ``mode`` (and a reader
+        its ``slot``)."""
+        query = acquire_query(ttl=ttl, wait=wait, owner=owner, max_hold=max_hold, mode=mode)
+        return self._keep(rwlock_path(name), query, wait, hold, on_lost)
 
     # Watching a lock, and leader election: a lock whose owner names the leader.
 
@@ -184,7 +233,7 @@ class Client:
         status = self.inspect(name)
         return status.owner if status.held else None
 
-    # The calls above, by URL path: a lock's or a semaphore's.
+    # The calls above, by URL path: a lock's, a semaphore's or a read/write lock's.
 
     def _acquire(self, path: str, query: Dict[str, str], wait: Optional[Duration],
                  idempotency_key: Optional[str]) -> Lease:
@@ -269,14 +318,18 @@ class Client:
 
 
 def acquire_query(*, ttl: Optional[Duration] = None, wait: Optional[Duration] = None, owner: Optional[str] = None,
-                  max_hold: Optional[Duration] = None, permits: Optional[int] = None) -> Dict[str, str]:
+                  max_hold: Optional[Duration] = None, permits: Optional[int] = None,
+                  mode: Optional[str] = None) -> Dict[str, str]:
     """The query of an acquire (hold is added by the keeper that holds):
-    durations always as Go duration strings."""
+    durations always as Go duration strings; a semaphore's permits, a
+    read/write lock's mode."""
     query = {k: go_duration(v) for k, v in (("ttl", ttl), ("wait", wait), ("max_hold", max_hold)) if v is not None}
     if owner is not None:
         query["owner"] = owner
     if permits is not None:
         query["permits"] = str(permits)
+    if mode is not None:
+        query["mode"] = mode
     return query
 
 

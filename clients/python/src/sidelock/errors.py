@@ -31,7 +31,9 @@ class SidelockError(Exception):
 
 
 class LockHeld(SidelockError):
-    """409 lock_held: another owner holds the lock (after any wait)."""
+    """409 lock_held: another owner holds the lock (after any wait); for a
+    semaphore, all its permits are held; for a read/write lock, the other
+    side holds it (or, for a reader, a writer waits)."""
 
 
 class PermitsMismatch(SidelockError):

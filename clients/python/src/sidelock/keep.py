@@ -1,6 +1,7 @@
-"""Locks (and semaphore permits) kept alive for the caller until released:
-by heartbeats, or held over an event stream. Client.lock, Client.semaphore
-and Client.campaign make them."""
+"""Locks (and semaphore permits, read/write locks' reads and writes) kept
+alive for the caller until released: by heartbeats, or held over an event
+stream. Client.lock, Client.semaphore, Client.rwlock and Client.campaign
+make them."""
 
 from __future__ import annotations
 
@@ -44,12 +45,14 @@ class KeptLock:
     the held stream broke ("disconnected"), or ``valid_until`` passed
     without a renewal ("expired", or "max_hold" when that capped it).
     ``lost_reason`` says which. Releasing sets neither. A semaphore's
-    permit is one too, with its ``permits`` and ``slot``.
+    permit is one too, with its ``permits`` and ``slot``; so is a
+    read/write lock's read or write, with its ``mode`` (and a reader's
+    ``slot``).
     """
 
     def __init__(self, client: "Client", path: str, lease: Lease, on_lost: Optional[Callable[[str], None]]) -> None:
         self._client = client
-        self._path = path  # /locks/... or /semaphores/...: where extend and release go
+        self._path = path  # /locks/..., /semaphores/... or /rwlocks/...: where extend and release go
         self._lease = lease
         self._on_lost = on_lost
         self._mu = threading.Lock()
@@ -83,8 +86,14 @@ class KeptLock:
 
     @property
     def slot(self) -> Optional[int]:
-        """Which of a semaphore's N slots this permit holds (None for a lock)."""
+        """Which of a semaphore's N slots this permit holds, or which reader
+        slot a read/write lock's reader holds (None for a lock)."""
         return self._lease.slot
+
+    @property
+    def mode(self) -> Optional[str]:
+        """A read/write lock's side: "shared" or "exclusive" (None else)."""
+        return self._lease.mode
 
     @property
     def valid_until(self) -> datetime:

@@ -1,13 +1,17 @@
-"""What the sidecar answers: leases, lock and semaphore statuses, and the
-changes a watch reports."""
+"""What the sidecar answers: leases, lock, semaphore and read/write lock
+statuses, and the changes a watch reports."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Literal, Optional, Tuple
 
 from .times import parse_time
+
+
+#: A read/write lock's side: one of many readers, or the one writer.
+Mode = Literal["shared", "exclusive"]
 
 
 @dataclass(frozen=True)
@@ -18,7 +22,9 @@ class Lease:
     resource that must refuse writes from an earlier holder
     (docs/fencing.md). A semaphore's permit also carries ``permits`` (N)
     and ``slot`` (which of the N it holds, 1..N); its fence orders the
-    holders of that slot only.
+    holders of that slot only. A read/write lock's read or write carries
+    its ``mode`` ("shared" or "exclusive"); a reader also its ``slot``
+    and no fence (0), a writer a fence that orders the writers.
     """
 
     name: str
@@ -32,6 +38,7 @@ class Lease:
     max_hold_at: Optional[datetime] = None
     permits: Optional[int] = None
     slot: Optional[int] = None
+    mode: Optional[str] = None
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "Lease":
@@ -42,6 +49,7 @@ class Lease:
             valid_until=parse_time(body["valid_until"]), fence=int(body.get("fence", 0)),
             max_hold_at=parse_time(max_hold_at) if max_hold_at else None,
             permits=optional_int(body.get("permits")), slot=optional_int(body.get("slot")),
+            mode=body.get("mode"),
         )
 
 
@@ -65,8 +73,10 @@ class Status:
 
 
 @dataclass(frozen=True)
-class SemaphoreHolder:
-    """One held slot of a semaphore: its fence orders that slot's holders."""
+class Holder:
+    """One holder, as an inspection lists it: a semaphore's held slot (its
+    fence orders that slot's holders), or a read/write lock's reader (its
+    slot, no fence) or writer (slot 0, the writers' fence)."""
 
     slot: int
     owner: str
@@ -74,9 +84,13 @@ class SemaphoreHolder:
     valid_until: datetime
 
     @classmethod
-    def from_json(cls, body: Dict[str, Any]) -> "SemaphoreHolder":
-        return cls(slot=int(body["slot"]), owner=body.get("owner", ""), fence=int(body.get("fence", 0)),
+    def from_json(cls, body: Dict[str, Any]) -> "Holder":
+        return cls(slot=int(body.get("slot", 0)), owner=body.get("owner", ""), fence=int(body.get("fence", 0)),
                    valid_until=parse_time(body["valid_until"]))
+
+
+#: The holder of a semaphore's slot (the name this client had first).
+SemaphoreHolder = Holder
 
 
 @dataclass(frozen=True)
@@ -87,12 +101,33 @@ class SemaphoreStatus:
     name: str
     permits: int
     held: int
-    holders: Tuple[SemaphoreHolder, ...] = ()
+    holders: Tuple[Holder, ...] = ()
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "SemaphoreStatus":
-        holders = tuple(SemaphoreHolder.from_json(h) for h in body.get("holders") or ())
+        holders = tuple(Holder.from_json(h) for h in body.get("holders") or ())
         return cls(name=body["name"], permits=int(body["permits"]), held=int(body["held"]), holders=holders)
+
+
+@dataclass(frozen=True)
+class RWLockStatus:
+    """Who holds a read/write lock: its ``writer`` (None when no writer
+    holds it) or its ``readers`` (sorted by slot), and whether a writer
+    waits (``writer_waiting``: its intent bars new readers)."""
+
+    name: str
+    writer: Optional[Holder] = None
+    readers: Tuple[Holder, ...] = ()
+    reader_count: int = 0
+    writer_waiting: bool = False
+
+    @classmethod
+    def from_json(cls, body: Dict[str, Any]) -> "RWLockStatus":
+        writer = body.get("writer")
+        readers = tuple(Holder.from_json(r) for r in body.get("readers") or ())
+        return cls(name=body["name"], writer=Holder.from_json(writer) if writer else None, readers=readers,
+                   reader_count=int(body.get("reader_count", len(readers))),
+                   writer_waiting=bool(body.get("writer_waiting")))
 
 
 @dataclass(frozen=True)
