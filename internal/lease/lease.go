@@ -85,6 +85,9 @@ type lease struct {
 	// back (a caller whose answer was lost still believes it), so the keys
 	// are kept until then whatever later answers say.
 	promised time.Time
+	// endAt, once set (the lease's set ended, lockset.go), caps every
+	// later promise: the lease ends then.
+	endAt time.Time
 }
 
 // tokenBytes is the size of a token and of a grant's id: 128 bits from
@@ -219,7 +222,7 @@ var errLapsing = fmt.Errorf("%w: the caller's lease ran out", ErrLeaseGone)
 func (l *lease) heartbeat(ctx context.Context, ttl time.Duration) (Info, error) {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
-	if l.ended {
+	if l.ended || l.ending() {
 		return Info{}, ErrLeaseGone
 	}
 	if err := ctx.Err(); err != nil {
@@ -346,6 +349,7 @@ func (l *lease) lose(err error) { go l.finish(EndLost, err) }
 // short would leave them to block the name for up to a key ttl. Each call
 // to a master is bounded by the locker's node timeout instead.
 func (l *lease) end(reason EndReason, cause error) {
+	l.freezeSiblings()
 	l.m.mu.Lock()
 	l.renewSlot = -1
 	renewing := l.renewing
@@ -481,6 +485,9 @@ func (l *lease) validUntilLocked() time.Time {
 	}
 	if !l.maxHoldAt.IsZero() {
 		v = earlier(v, l.maxHoldAt)
+	}
+	if !l.endAt.IsZero() {
+		v = earlier(v, l.endAt)
 	}
 	return v
 }

@@ -28,8 +28,10 @@ import (
 //
 // Once granted, the locks live and die together: when one ends, for any
 // reason (released, expired, lost, max_hold, shutdown), the others end
-// with the same reason. The set's valid_until is the earliest of its
-// locks': until then every one of them is held by a majority. A lock of
+// with the same reason — a release at once, other ends once each lock's
+// own published valid_until has passed (those are promises too). The
+// set's valid_until is the earliest of its locks': until then every one
+// of them is held by a majority. A lock of
 // a set is visible as a lock (GET /locks/{name}, watches); its token is the
 // set's, so extending or releasing it through the lock API extends it, or
 // ends the whole set.
@@ -181,9 +183,71 @@ func (l *lease) endSiblings(reason EndReason, cause error) {
 	cause = fmt.Errorf("another lock of its set ended (%s): %w", reason, errors.Join(cause, errSetEnded))
 	for _, sib := range set.leases {
 		if sib != l {
-			go sib.finish(reason, cause)
+			go sib.endWithSet(reason, cause)
 		}
 	}
+}
+
+// freezeSiblings stops the other leases of l's set before l's end is
+// told to anyone: from then on nothing renews or repairs their keys (a
+// caller told that its set ended sees no key of it written afterwards),
+// and they promise nothing later than their latest promise, until which
+// their keys stay (endWithSet). It waits for a renewal of theirs in
+// flight, as end does for its own.
+func (l *lease) freezeSiblings() {
+	l.m.mu.Lock()
+	set := l.set
+	l.m.mu.Unlock()
+	if set == nil {
+		return
+	}
+	for _, sib := range set.leases {
+		if sib == l {
+			continue
+		}
+		l.m.mu.Lock()
+		if sib.endAt.IsZero() {
+			sib.endAt = later(time.Now(), sib.promised)
+		}
+		sib.renewSlot = -1
+		renewing := sib.renewing
+		l.m.mu.Unlock()
+		if renewing != nil {
+			<-renewing
+		}
+	}
+}
+
+// ending tells whether the lease's set has ended: it only waits for its
+// own promise to pass (endWithSet).
+func (l *lease) ending() bool {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	return !l.endAt.IsZero()
+}
+
+// endWithSet ends a lease because its set ended. Each lock of a set
+// published its own valid_until (in the set's answer and to GET /locks), and
+// the set's end does not take those back: unless the caller released the
+// set, the lease (and its keys, no longer renewed: freezeSiblings) lives on
+// until its own promise has passed, as a lapse does. Close ends it at
+// once, leaving the keys to lapse.
+func (l *lease) endWithSet(reason EndReason, cause error) {
+	if reason != EndReleased {
+		l.m.mu.Lock()
+		wait := time.Until(l.endAt)
+		l.m.mu.Unlock()
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-l.m.stopping:
+				t.Stop()
+				return // Close ends every lease
+			}
+		}
+	}
+	l.finish(reason, cause)
 }
 
 var errSetEnded = errors.New("the set ended")
