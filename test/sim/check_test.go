@@ -10,12 +10,17 @@ import (
 	"github.com/sidelock/sidelock/internal/lease"
 )
 
-// The oracle. It judges a finished run's history against four promises:
+// The oracle. It judges a finished run's history against sidelock's
+// promises. A lock here is a lock, one lock of a set (judged with the
+// set's promises and its own fence), one slot of a semaphore or the
+// writer of a read/write lock: each is held by one caller at a time.
 //
-//	(a) no two grants of one name overlap: for grants G1 answered before
+//	(a) no two grants of one lock overlap: for grants G1 answered before
 //	    G2, G1's latest published valid_until (from any answer, event or
 //	    List) is at most G2's answer time, unless G1's caller gave the lease
-//	    up earlier by asking for its release;
+//	    up earlier by asking for its release; a lock of a set counts the
+//	    set's valid_until and its own (Info.Locks, List), and a finding
+//	    that only its own outlived is classed apart (G1-set-lock-own-…);
 //	(b) fence order: a grant that began after another was answered has a
 //	    larger fence;
 //	(c) once a caller knew its lease was over (release returned, an ended
@@ -24,13 +29,18 @@ import (
 //	    (c2) nor re-created by a renewal that lands after it (a ghost key:
 //	    the next waiter waits a key ttl for nothing);
 //	(d) liveness: while the masters are quiet (no fault for a key ttl and
-//	    two health rounds, every master eligible on every sidecar) a name
-//	    that is free is granted to a waiter within a key ttl + 1s;
+//	    two health rounds, every master eligible on every sidecar) a lock
+//	    name that is free is granted to a waiting lock within a key ttl + 1s;
 //	(e) a waiting acquire rides over a lack of quorum: it answers no quorum
-//	    only once its wait has run out (or its sidecar is shutting down).
+//	    only once its wait has run out (or its sidecar is shutting down);
+//	(f) a semaphore of N permits has at most N grants standing at any
+//	    instant, each standing from its answer to its latest published
+//	    valid_until (or the release it asked for, if earlier);
+//	(g) no reader of a read/write lock stands, so measured, while a writer
+//	    of it does (writers among themselves are locks: (a) and (b)).
 
 type violation struct {
-	check    string // a, b, c, c2, d, e
+	check    string // a, b, c, c2, d, e, f, g
 	class    string // for tallies
 	name     string
 	at       time.Time
@@ -74,20 +84,48 @@ func check(w *world) []violation {
 	vs = append(vs, checkKeys(w)...)
 	vs = append(vs, checkLiveness(w)...)
 	vs = append(vs, checkWaits(w)...)
+	vs = append(vs, checkPermits(w)...)
+	vs = append(vs, checkReaders(w)...)
 	slices.SortStableFunc(vs, func(a, b violation) int { return a.at.Compare(b.at) })
 	return vs
 }
 
-// grantsByName lists each name's grants in answer order.
+// grantsByName lists each lock's grants in answer order, by what they
+// hold on the masters ("n1", "n1#2", "n1#w"); a set's grant counts as a
+// grant of each of its locks. Readers are left out: they share a lock.
 func grantsByName(r *recorder) map[string][]*grant {
 	out := map[string][]*grant{}
 	for _, q := range r.requests {
-		if q.g != nil {
+		if q.g == nil || q.kind() == kindReader {
+			continue
+		}
+		for _, g := range q.g.all() {
+			if g.members == nil {
+				out[g.res] = append(out[g.res], g)
+			}
+		}
+	}
+	for _, gs := range out {
+		byAnswer(gs)
+	}
+	return out
+}
+
+func byAnswer(gs []*grant) {
+	slices.SortStableFunc(gs, func(a, b *grant) int { return a.answer.Compare(b.answer) })
+}
+
+// grantsOfKind lists the grants of requests of kind k by the name asked
+// for, in answer order.
+func grantsOfKind(r *recorder, k kind) map[string][]*grant {
+	out := map[string][]*grant{}
+	for _, q := range r.requests {
+		if q.g != nil && q.kind() == k {
 			out[q.name] = append(out[q.name], q.g)
 		}
 	}
 	for _, gs := range out {
-		slices.SortStableFunc(gs, func(a, b *grant) int { return a.answer.Compare(b.answer) })
+		byAnswer(gs)
 	}
 	return out
 }
@@ -95,8 +133,17 @@ func grantsByName(r *recorder) map[string][]*grant {
 func (w *world) describe(g *grant) string {
 	r := w.rec
 	last := g.latest()
-	s := fmt.Sprintf("%s via %s (%s): asked %s, granted %s, fence %d; latest valid_until %s (%s, seen %s); lease_expires %s",
-		g.owner(), g.r.sidecar, describeReq(g.r.req), r.at(g.r.start), r.at(g.answer), g.fence, r.at(last.vu), last.src, r.at(last.at), r.at(g.expiresAt))
+	held := fmt.Sprintf("fence %d", g.fence)
+	switch q := r.byOwner[g.owner()]; {
+	case q != nil && q.kind() == kindSet:
+		held = fmt.Sprintf("lock %s of the set %s, fence %d", g.name(), q.name, g.fence)
+	case g.r.kind() == kindSemaphore:
+		held = fmt.Sprintf("slot %d, fence %d", g.slot, g.fence)
+	case g.r.kind() == kindReader:
+		held = fmt.Sprintf("reader slot %d", g.slot)
+	}
+	s := fmt.Sprintf("%s via %s (%s): asked %s, granted %s, %s; latest valid_until %s (%s, seen %s); lease_expires %s",
+		g.owner(), g.r.sidecar, describeReq(g.r.req), r.at(g.r.start), r.at(g.answer), held, r.at(last.vu), last.src, r.at(last.at), r.at(g.expiresAt))
 	if !g.maxHoldAt.IsZero() {
 		s += "; max_hold_at " + r.at(g.maxHoldAt)
 	}
@@ -127,6 +174,16 @@ func fmtTimes(t0 time.Time, ts []time.Time) string {
 // release (zero if it never did).
 func givenUp(g *grant) time.Time { return g.releaseStart }
 
+// standsUntil is the end of a grant's promise: its latest published
+// valid_until, or the release its caller asked for if that came first.
+func standsUntil(g *grant) time.Time {
+	limit := g.latest().vu
+	if up := givenUp(g); !up.IsZero() && up.Before(limit) {
+		limit = up
+	}
+	return limit
+}
+
 // checkOverlap is check (a).
 func checkOverlap(w *world) []violation {
 	r := w.rec
@@ -134,10 +191,7 @@ func checkOverlap(w *world) []violation {
 	for name, gs := range grantsByName(r) {
 		for i, g1 := range gs {
 			p := g1.latest()
-			limit := p.vu
-			if up := givenUp(g1); !up.IsZero() && up.Before(limit) {
-				limit = up
-			}
+			limit := standsUntil(g1)
 			for _, g2 := range gs[i+1:] {
 				if !limit.After(g2.answer) || g2 == g1 {
 					continue
@@ -169,6 +223,17 @@ func (w *world) overlapCause(g1, g2 *grant) (string, []string) {
 		tags = append(tags, tag)
 		if cause == "" {
 			cause = c
+		}
+	}
+	if strings.HasPrefix(g1.latest().src, memberOwn) {
+		setLimit := time.Time{}
+		for _, p := range g1.promises {
+			if !strings.HasPrefix(p.src, memberOwn) {
+				setLimit = latest(setLimit, p.vu)
+			}
+		}
+		if !setLimit.After(g2.answer) {
+			note("G1-set-lock-own-valid_until-only", fmt.Sprintf("only the lock's own valid_until (Info.Locks, List) outlived G2's grant; the set's ran to %s", r.at(setLimit)))
 		}
 	}
 	for _, t := range g1.lowered {
@@ -265,6 +330,11 @@ func checkKeys(w *world) []violation {
 			continue
 		}
 		g := q.g
+		if q.kind() == kindSet {
+			if g = q.g.member(nameOfKey(k.key)); g == nil {
+				continue
+			}
+		}
 		var v violation
 		switch {
 		case k.send.After(g.endAt):
@@ -282,7 +352,7 @@ func checkKeys(w *world) []violation {
 			continue
 		}
 		reported[v.check+g.owner()] = true
-		v.name, v.at = q.name, k.at
+		v.name, v.at = nameOfKey(k.key), k.at
 		v.facts = []string{"lease " + w.describe(g)}
 		v.from, v.to = earliest(g.endAt, k.send).Add(-time.Second), k.at.Add(w.p.KeyTTL+time.Second)
 		vs = append(vs, v)
@@ -320,12 +390,16 @@ func checkLiveness(w *world) []violation {
 	w.judged = 0
 	var vs []violation
 	for name, gs := range grantsByName(r) {
+		if strings.Contains(name, "#") {
+			continue // a semaphore's slot or a writer: only locks are judged
+		}
 		var busy []interval
 		for _, g := range gs {
 			busy = append(busy, interval{g.answer, w.busyUntil(g, closedAt)})
 		}
+		busy = append(busy, w.setsTaking(name)...)
 		for _, q := range r.requests {
-			if q.name != name || q.req.Wait == 0 || q.end.IsZero() {
+			if q.name != name || q.kind() != kindLock || q.req.Wait == 0 || q.end.IsZero() {
 				continue
 			}
 			segs := subtract([]interval{{q.start, q.end}}, append(slices.Clone(busy), disturbed...))
@@ -352,6 +426,23 @@ func checkLiveness(w *world) []violation {
 		}
 	}
 	return vs
+}
+
+// setsTaking spans the acquires of sets that have the lock name: a set
+// holds its first locks, unseen, while it waits for the next, and
+// releases them, unseen, when it fails.
+func (w *world) setsTaking(name string) []interval {
+	var out []interval
+	for _, q := range w.rec.requests {
+		if q.kind() == kindSet && slices.Contains(strings.Split(q.name, ","), name) {
+			end := q.end
+			if end.IsZero() {
+				end = w.stopAt
+			}
+			out = append(out, interval{q.start, end})
+		}
+	}
+	return out
 }
 
 // busyUntil is the latest a grant's lease may have lived, as far as the
@@ -456,6 +547,75 @@ func checkWaits(w *world) []violation {
 				title: fmt.Sprintf("%s waited %v of its wait=%v and answered no quorum", q.owner, q.end.Sub(q.start), q.req.Wait),
 				facts: []string{q.err.Error()}, from: q.start, to: q.end,
 			})
+		}
+	}
+	return vs
+}
+
+// checkPermits is check (f): at each grant of a semaphore, count the
+// grants standing then (answered by then, promised beyond it); the first
+// instant with more than its permits is reported.
+func checkPermits(w *world) []violation {
+	r := w.rec
+	var vs []violation
+	for name, gs := range grantsOfKind(r, kindSemaphore) {
+		permits := gs[0].r.req.Permits
+		for i, g := range gs {
+			var standing []*grant
+			for _, h := range gs[:i+1] {
+				if standsUntil(h).After(g.answer) {
+					standing = append(standing, h)
+				}
+			}
+			if len(standing) <= permits {
+				continue
+			}
+			var facts []string
+			from := g.answer
+			for _, h := range standing {
+				facts = append(facts, "holder "+w.describe(h))
+				from = earliest(from, h.answer)
+			}
+			vs = append(vs, violation{
+				check: "f", class: "f/more-holders-than-permits", name: name + "#", at: g.answer,
+				title: fmt.Sprintf("(f) the semaphore %q (permits %d) has %d holders at %s, when %s was granted",
+					name, permits, len(standing), r.at(g.answer), g.owner()),
+				facts: facts, from: from.Add(-time.Second), to: g.answer.Add(500 * time.Millisecond),
+			})
+			break // the first instant is enough
+		}
+	}
+	return vs
+}
+
+// checkReaders is check (g): for a reader and a writer of one read/write
+// lock, the one answered first stands no later than the other's answer.
+func checkReaders(w *world) []violation {
+	r := w.rec
+	writers := grantsOfKind(r, kindWriter)
+	var vs []violation
+	for name, readers := range grantsOfKind(r, kindReader) {
+		for _, rd := range readers {
+			for _, wr := range writers[name] {
+				g1, g2 := wr, rd
+				if rd.answer.Before(wr.answer) {
+					g1, g2 = rd, wr
+				}
+				limit := standsUntil(g1)
+				if !limit.After(g2.answer) {
+					continue
+				}
+				cause, tags := w.overlapCause(g1, g2)
+				vs = append(vs, violation{
+					check: "g", class: "g/reader-overlaps-writer/" + cause, name: name + "#rw", at: g2.answer,
+					title: fmt.Sprintf("(g) a reader and a writer of %q overlap by %v: %s's promise runs to %s, %s was granted at %s",
+						name, limit.Sub(g2.answer).Round(time.Microsecond), g1.owner(), r.at(limit), g2.owner(), r.at(g2.answer)),
+					facts: []string{"reader " + w.describe(rd), "writer " + w.describe(wr), "hints: " + strings.Join(tags, "; ")},
+					from:  earliest(g1.latest().at, g2.r.start, g2.answer).Add(-w.p.KeyTTL - time.Second),
+					to:    latest(g1.latest().at, g2.answer).Add(500 * time.Millisecond),
+				})
+				break // the first overlap of the reader is enough
+			}
 		}
 	}
 	return vs

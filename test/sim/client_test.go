@@ -30,14 +30,36 @@ func (c *client) nextOwner() string {
 type held struct {
 	c         *client
 	sc        *sidecar
+	f         facade
 	g         *grant
 	name      string
 	token     string
 	stopWatch func()
 }
 
-// acquire calls Manager.Acquire on the slot's sidecar, recording the
-// request and its answer.
+// facade is the part of the lease Manager's API for one kind of lease:
+// the Manager itself for locks, its Semaphores, RWLocks or LockSets.
+type facade interface {
+	Acquire(ctx context.Context, req lease.Request) (lease.Info, error)
+	Extend(ctx context.Context, name, token string, ttl time.Duration) (lease.Info, error)
+	Release(ctx context.Context, name, token string) error
+	Watch(name, token string) (<-chan lease.Event, func(), error)
+}
+
+func (sc *sidecar) facade(k kind) facade {
+	switch k {
+	case kindSemaphore:
+		return sc.mgr.Semaphores()
+	case kindReader, kindWriter:
+		return sc.mgr.RWLocks()
+	case kindSet:
+		return sc.mgr.LockSets()
+	}
+	return sc.mgr
+}
+
+// acquire calls Acquire of the request's kind on the slot's sidecar,
+// recording the request and its answer.
 func (c *client) acquire(ctx context.Context, q lease.Request) (*held, error) {
 	q.Owner = c.nextOwner()
 	sc := c.slot.current()
@@ -45,20 +67,30 @@ func (c *client) acquire(ctx context.Context, q lease.Request) (*held, error) {
 		return nil, errNoSidecar
 	}
 	rq := c.w.rec.acquireStart(sc.name, c.slot.idx, q)
-	info, err := sc.mgr.Acquire(ctx, q)
+	f := sc.facade(kindOf(q))
+	info, err := f.Acquire(ctx, q)
 	g := c.w.rec.acquireDone(rq, info, err)
 	if err != nil {
 		return nil, err
 	}
-	return &held{c: c, sc: sc, g: g, name: q.Name, token: info.Token}, nil
+	// A set is extended and released by its canonical name.
+	return &held{c: c, sc: sc, f: f, g: g, name: info.Name, token: info.Token}, nil
+}
+
+// key is one of the lease's keys on the masters (a set's first lock's).
+func (h *held) key() string {
+	if len(h.g.members) > 0 {
+		return keyPrefix + h.g.members[0].res
+	}
+	return keyPrefix + h.g.res
 }
 
 // watch subscribes to the lease's events and records them until the
 // stream ends.
 func (h *held) watch() error {
-	events, cancel, err := h.sc.mgr.Watch(h.name, h.token)
+	events, cancel, err := h.f.Watch(h.name, h.token)
 	if err != nil {
-		h.c.w.rec.add(h.name, "%s: watch answered %v", h.g.owner(), err)
+		h.c.w.rec.add(subject(h.g.r.req), "%s: watch answered %v", h.g.owner(), err)
 		if errors.Is(err, lease.ErrLeaseGone) {
 			h.c.w.rec.mu.Lock()
 			h.c.w.rec.learnEndLocked(h.g, time.Now(), "watch answered lease gone")
@@ -77,14 +109,14 @@ func (h *held) watch() error {
 
 func (h *held) extend(ttl time.Duration) (lease.Info, error) {
 	start := time.Now()
-	info, err := h.sc.mgr.Extend(context.Background(), h.name, h.token, ttl)
+	info, err := h.f.Extend(context.Background(), h.name, h.token, ttl)
 	h.c.w.rec.extendDone(h.g, ttl, start, info, err)
 	return info, err
 }
 
 func (h *held) release(why string) error {
 	h.c.w.rec.releaseStart(h.g, why)
-	err := h.sc.mgr.Release(context.Background(), h.name, h.token)
+	err := h.f.Release(context.Background(), h.name, h.token)
 	h.c.w.rec.releaseDone(h.g, err)
 	if h.stopWatch != nil {
 		h.stopWatch()

@@ -2,7 +2,8 @@
 // spirit of FoundationDB's simulation and TigerBeetle's VOPR: simulated
 // Redis masters (memnode behind fault-injecting links), sidecars assembled
 // as internal/sidecar assembles them (redlock, health, lease) and
-// callers that take, renew and drop leases all run inside one
+// callers that take, renew and drop leases (locks mostly; a small share
+// are semaphore permits, read/write locks and lock sets) all run inside one
 // testing/synctest bubble, so hours of lease time pass in seconds of wall
 // time without touching production code. A recorder keeps the history and
 // a checker (the oracle, check_test.go) judges it afterwards against

@@ -34,6 +34,72 @@ type request struct {
 	g       *grant
 }
 
+// kind is what a request asks for; each is served by its own facade of
+// the lease Manager (client.go) and judged by its own checks.
+type kind string
+
+const (
+	kindLock      kind = "lock"
+	kindSemaphore kind = "semaphore"
+	kindReader    kind = "reader"
+	kindWriter    kind = "writer"
+	kindSet       kind = "set"
+)
+
+func kindOf(q lease.Request) kind {
+	switch {
+	case q.Permits > 0:
+		return kindSemaphore
+	case q.Mode == lease.ModeShared:
+		return kindReader
+	case q.Mode == lease.ModeExclusive:
+		return kindWriter
+	case strings.Contains(q.Name, ","):
+		return kindSet
+	}
+	return kindLock
+}
+
+func (q *request) kind() kind { return kindOf(q.req) }
+
+// subject names a request's lines in the history: the lock "n1", the
+// semaphore "n1#", the read/write lock "n1#rw" or the set "n1,n2" (see
+// family).
+func subject(q lease.Request) string {
+	switch kindOf(q) {
+	case kindSemaphore:
+		return q.Name + "#"
+	case kindReader, kindWriter:
+		return q.Name + "#rw"
+	}
+	return q.Name
+}
+
+// family is what a line's name (a subject, or a key after the prefix)
+// belongs to, so that a trace of a semaphore's slot shows the whole
+// semaphore and a trace of a writer shows the readers: a lock "n1", a
+// semaphore "n1#" (slots "n1#2"), a read/write lock "n1#rw" (keys "n1#w",
+// "n1#r7", "n1#i").
+func family(name string) string {
+	base, derived, ok := strings.Cut(name, "#")
+	switch {
+	case !ok:
+		return name
+	case strings.Trim(derived, "0123456789") == "":
+		return base + "#"
+	}
+	return base + "#rw"
+}
+
+// inTrace reports whether a line named line belongs in a trace of name:
+// the same family, or a set that has the lock name among its locks.
+func inTrace(line, name string) bool {
+	if line == "" || family(line) == family(name) {
+		return true
+	}
+	return strings.Contains(line, ",") && slices.Contains(strings.Split(line, ","), name)
+}
+
 // promise is one published valid_until.
 type promise struct {
 	at  time.Time // when the caller (or a List) saw it
@@ -41,11 +107,16 @@ type promise struct {
 	src string
 }
 
-// grant is one successful acquire and what followed.
+// grant is one successful acquire and what followed. A lock set's grant
+// has one member grant per lock of the set, each judged as a grant of
+// that lock: the set's promises and end are recorded on every member too.
 type grant struct {
 	r         *request
 	answer    time.Time
 	fence     int64
+	slot      int    // the semaphore's slot or the reader's slot (Info.Slot)
+	res       string // what it holds on the masters, after the key prefix: "n1", "n1#2", "n1#w", "n1#r7"
+	members   []*grant
 	ttl       time.Duration
 	promises  []promise
 	expiresAt time.Time // the last LeaseExpiresAt the caller saw
@@ -66,6 +137,20 @@ type grant struct {
 
 func (g *grant) name() string  { return g.r.name }
 func (g *grant) owner() string { return g.r.owner }
+
+// all is the grant and, for a lock set, its members: whatever the caller
+// learns of the set, each of its locks learns too.
+func (g *grant) all() []*grant { return append([]*grant{g}, g.members...) }
+
+// member is the set's grant of lock name (nil if the set has none).
+func (g *grant) member(name string) *grant {
+	for _, m := range g.members {
+		if m.name() == name {
+			return m
+		}
+	}
+	return nil
+}
 
 // latest is the latest valid_until published for the grant.
 func (g *grant) latest() promise {
@@ -155,6 +240,14 @@ func ownerOfValue(v string) string {
 
 func describeReq(q lease.Request) string {
 	s := fmt.Sprintf("ttl %v wait %v", q.TTL, q.Wait)
+	switch kindOf(q) {
+	case kindSemaphore:
+		s = fmt.Sprintf("semaphore of %d permits, %s", q.Permits, s)
+	case kindReader, kindWriter:
+		s = fmt.Sprintf("read/write lock, %s, %s", q.Mode, s)
+	case kindSet:
+		s = "lock set, " + s
+	}
 	if q.Hold {
 		s += " hold"
 	}
@@ -170,8 +263,13 @@ func (r *recorder) acquireStart(sidecar string, slot int, q lease.Request) *requ
 	rq := &request{owner: q.Owner, name: q.Name, sidecar: sidecar, slot: slot, req: q, start: time.Now()}
 	r.requests = append(r.requests, rq)
 	r.byOwner[q.Owner] = rq
-	r.addLocked(rq.start, q.Name, "%s via %s: acquire (%s)", q.Owner, sidecar, describeReq(q))
+	r.addLocked(rq.start, subject(q), "%s via %s: acquire (%s)", q.Owner, sidecar, describeReq(q))
 	return rq
+}
+
+// line adds a line of the grant's history under its request's subject.
+func (r *recorder) line(g *grant, at time.Time, format string, args ...any) {
+	r.addLocked(at, subject(g.r.req), format, args...)
 }
 
 func (r *recorder) acquireDone(rq *request, info lease.Info, err error) *grant {
@@ -180,16 +278,64 @@ func (r *recorder) acquireDone(rq *request, info lease.Info, err error) *grant {
 	now := time.Now()
 	rq.end, rq.err = now, err
 	if err != nil {
-		r.addLocked(now, rq.name, "%s: acquire failed after %v: %v", rq.owner, now.Sub(rq.start), err)
+		r.addLocked(now, subject(rq.req), "%s: acquire failed after %v: %v", rq.owner, now.Sub(rq.start), err)
 		return nil
 	}
-	g := &grant{r: rq, answer: now, fence: info.Fence, ttl: info.TTL, expiresAt: info.LeaseExpiresAt, maxHoldAt: info.MaxHoldAt}
+	g := &grant{r: rq, answer: now, fence: info.Fence, slot: info.Slot, res: resourceOf(rq.req, info.Slot),
+		ttl: info.TTL, expiresAt: info.LeaseExpiresAt, maxHoldAt: info.MaxHoldAt}
 	g.promises = append(g.promises, promise{at: now, vu: info.ValidUntil, src: "acquire"})
 	rq.g = g
-	r.addLocked(now, rq.name, "%s: GRANTED fence %d valid_until %s lease_expires %s max_hold_at %s",
-		rq.owner, info.Fence, r.at(info.ValidUntil), r.at(info.LeaseExpiresAt), r.at(info.MaxHoldAt))
+	what := fmt.Sprintf("fence %d", info.Fence)
+	switch rq.kind() {
+	case kindSemaphore:
+		what = fmt.Sprintf("slot %d of %d, fence %d", info.Slot, info.Permits, info.Fence)
+	case kindReader:
+		what = fmt.Sprintf("reader slot %d", info.Slot)
+	case kindWriter:
+		what = fmt.Sprintf("writer, fence %d", info.Fence)
+	case kindSet:
+		what = r.grantMembersLocked(g, info)
+	}
+	r.line(g, now, "%s: GRANTED %s valid_until %s lease_expires %s max_hold_at %s",
+		rq.owner, what, r.at(info.ValidUntil), r.at(info.LeaseExpiresAt), r.at(info.MaxHoldAt))
 	return g
 }
+
+// resourceOf is what a grant holds on the masters, after the key prefix
+// (the lease package's target.resource).
+func resourceOf(q lease.Request, slot int) string {
+	switch kindOf(q) {
+	case kindSemaphore:
+		return fmt.Sprintf("%s#%d", q.Name, slot)
+	case kindReader:
+		return fmt.Sprintf("%s#r%d", q.Name, slot)
+	case kindWriter:
+		return q.Name + "#w"
+	}
+	return q.Name
+}
+
+// grantMembersLocked gives a set's grant one member grant per lock, each
+// a grant of that lock with its own fence, promised the set's
+// valid_until and its own (both are published); it describes them.
+func (r *recorder) grantMembersLocked(g *grant, info lease.Info) string {
+	var parts []string
+	for _, in := range info.Locks {
+		q := *g.r
+		q.name, q.req.Name = in.Name, in.Name
+		m := &grant{r: &q, answer: g.answer, fence: in.Fence, res: in.Name, ttl: in.TTL,
+			expiresAt: in.LeaseExpiresAt, maxHoldAt: in.MaxHoldAt}
+		q.g = m
+		m.promises = append(slices.Clone(g.promises), promise{at: g.answer, vu: in.ValidUntil, src: memberOwn + "acquire"})
+		g.members = append(g.members, m)
+		parts = append(parts, fmt.Sprintf("%s fence %d valid_until %s", in.Name, in.Fence, r.at(in.ValidUntil)))
+	}
+	return "locks [" + strings.Join(parts, "; ") + "]"
+}
+
+// memberOwn marks the promises of one lock of a set that are its own
+// (Info.Locks, List), not the set's.
+const memberOwn = "the lock's own, "
 
 func (r *recorder) extendDone(g *grant, ttl time.Duration, start time.Time, info lease.Info, err error) {
 	r.mu.Lock()
@@ -199,21 +345,31 @@ func (r *recorder) extendDone(g *grant, ttl time.Duration, start time.Time, info
 	if ttl != 0 {
 		asked = "ttl " + ttl.String()
 		if ttl < g.ttl {
-			g.lowered = append(g.lowered, start)
 			asked += fmt.Sprintf(" (LOWER than %v)", g.ttl)
 		}
 	}
 	if err != nil {
-		r.addLocked(now, g.name(), "%s: extend (%s) failed: %v", g.owner(), asked, err)
+		r.line(g, now, "%s: extend (%s) failed: %v", g.owner(), asked, err)
 		r.learnEndLocked(g, now, "extend answered "+shortErr(err))
 		return
 	}
-	if ttl != 0 {
-		g.ttl = ttl
+	for _, x := range g.all() {
+		if ttl != 0 && ttl < x.ttl {
+			x.lowered = append(x.lowered, start)
+		}
+		if ttl != 0 {
+			x.ttl = ttl
+		}
+		x.expiresAt = info.LeaseExpiresAt
+		x.promises = append(x.promises, promise{at: now, vu: info.ValidUntil, src: "extend"})
 	}
-	g.expiresAt = info.LeaseExpiresAt
-	g.promises = append(g.promises, promise{at: now, vu: info.ValidUntil, src: "extend"})
-	r.addLocked(now, g.name(), "%s: extended (%s) valid_until %s lease_expires %s", g.owner(), asked, r.at(info.ValidUntil), r.at(info.LeaseExpiresAt))
+	for _, in := range info.Locks {
+		if m := g.member(in.Name); m != nil {
+			m.expiresAt = in.LeaseExpiresAt
+			m.promises = append(m.promises, promise{at: now, vu: in.ValidUntil, src: memberOwn + "extend"})
+		}
+	}
+	r.line(g, now, "%s: extended (%s) valid_until %s lease_expires %s", g.owner(), asked, r.at(info.ValidUntil), r.at(info.LeaseExpiresAt))
 }
 
 func shortErr(err error) string {
@@ -225,29 +381,36 @@ func shortErr(err error) string {
 }
 
 func (r *recorder) learnEndLocked(g *grant, at time.Time, how string) {
-	if g.endAt.IsZero() || at.Before(g.endAt) {
-		g.endAt, g.endHow = at, how
+	for _, x := range g.all() {
+		if x.endAt.IsZero() || at.Before(x.endAt) {
+			x.endAt, x.endHow = at, how
+		}
 	}
 }
 
 func (r *recorder) releaseStart(g *grant, why string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	g.releaseStart = time.Now()
-	r.addLocked(g.releaseStart, g.name(), "%s: release%s", g.owner(), why)
+	now := time.Now()
+	for _, x := range g.all() {
+		x.releaseStart = now
+	}
+	r.line(g, now, "%s: release%s", g.owner(), why)
 }
 
 func (r *recorder) releaseDone(g *grant, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	g.releaseDone, g.releaseErr = now, err
+	for _, x := range g.all() {
+		x.releaseDone, x.releaseErr = now, err
+	}
 	if err != nil {
-		r.addLocked(now, g.name(), "%s: release answered %v", g.owner(), err)
+		r.line(g, now, "%s: release answered %v", g.owner(), err)
 		r.learnEndLocked(g, now, "release answered "+shortErr(err))
 		return
 	}
-	r.addLocked(now, g.name(), "%s: released", g.owner())
+	r.line(g, now, "%s: released", g.owner())
 	r.learnEndLocked(g, now, "release returned")
 }
 
@@ -255,19 +418,24 @@ func (r *recorder) event(g *grant, e lease.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	if !e.ValidUntil.IsZero() {
-		g.promises = append(g.promises, promise{at: now, vu: e.ValidUntil, src: string(e.Kind) + " event"})
+	for _, x := range g.all() {
+		if !e.ValidUntil.IsZero() {
+			x.promises = append(x.promises, promise{at: now, vu: e.ValidUntil, src: string(e.Kind) + " event"})
+		}
+		if e.Kind == lease.EventEnded {
+			x.endReason = e.Reason
+		}
 	}
 	if e.Kind == lease.EventEnded {
-		g.endReason = e.Reason
-		r.addLocked(now, g.name(), "%s: event ended (%s)", g.owner(), e.Reason)
+		r.line(g, now, "%s: event ended (%s)", g.owner(), e.Reason)
 		r.learnEndLocked(g, now, "ended event ("+string(e.Reason)+")")
 		return
 	}
-	r.addLocked(now, g.name(), "%s: event %s valid_until %s", g.owner(), e.Kind, r.at(e.ValidUntil))
+	r.line(g, now, "%s: event %s valid_until %s", g.owner(), e.Kind, r.at(e.ValidUntil))
 }
 
-// listed records what a List on a sidecar showed.
+// listed records what a List on a sidecar showed: a lock of a set is
+// listed as a lock, with its own valid_until.
 func (r *recorder) listed(sidecar string, infos []lease.Info) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -277,19 +445,34 @@ func (r *recorder) listed(sidecar string, infos []lease.Info) {
 		if !ok || rq.g == nil {
 			continue
 		}
-		g := rq.g
-		if last := g.latest(); in.ValidUntil.After(last.vu) {
-			r.addLocked(now, g.name(), "%s: List on %s shows valid_until %s", g.owner(), sidecar, r.at(in.ValidUntil))
+		g, src := rq.g, "list"
+		if rq.kind() == kindSet {
+			if g, src = rq.g.member(in.Name), memberOwn+"list"; g == nil {
+				continue
+			}
 		}
-		g.promises = append(g.promises, promise{at: now, vu: in.ValidUntil, src: "list"})
+		if last := g.latest(); in.ValidUntil.After(last.vu) {
+			r.line(rq.g, now, "%s: List on %s shows valid_until %s%s", g.owner(), sidecar, r.at(in.ValidUntil), ofLock(rq, in.Name))
+		}
+		g.promises = append(g.promises, promise{at: now, vu: in.ValidUntil, src: src})
 	}
+}
+
+// ofLock names the lock of a set a line is about.
+func ofLock(q *request, name string) string {
+	if q.kind() != kindSet {
+		return ""
+	}
+	return " for its lock " + name
 }
 
 func (r *recorder) stopped(g *grant, vanished bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	g.lapsing, g.vanished = true, vanished
+	for _, x := range g.all() {
+		x.lapsing, x.vanished = true, vanished
+	}
 	lapse := latest(g.expiresAt, g.latest().vu)
 	what := "stops heartbeating, lets the lease lapse at " + r.at(lapse)
 	if vanished {
@@ -298,7 +481,7 @@ func (r *recorder) stopped(g *grant, vanished bool) {
 	if g.r.req.Hold {
 		what += " (hold: lives until released)"
 	}
-	r.addLocked(now, g.name(), "%s: %s", g.owner(), what)
+	r.line(g, now, "%s: %s", g.owner(), what)
 }
 
 func (r *recorder) keyChange(e keyEvent) {
@@ -410,7 +593,7 @@ func (r *recorder) lines(name string, from, to time.Time, max int, keyLines bool
 		if e.at.Before(from) || e.at.After(to) {
 			continue
 		}
-		if e.name != name && e.name != "" {
+		if !inTrace(e.name, name) {
 			continue
 		}
 		if !keyLines && strings.HasPrefix(e.text, "  m") {

@@ -328,9 +328,10 @@ func (l *link) delays(op string, keys []string, now time.Time, slow bool) (time.
 // while another goroutine (a lapse or max_hold timer, a lost renewal, a
 // SIGTERM) queued on the mutex, the bubble's clock would stop for good.
 // So only the calls made with no such lock held wait their latency in
-// virtual time (world.virtualOps: the acquire round's AcquireFenced and
-// CommitFence, and the health checker's Ping and ServerInfo, whose round
-// mutex only its one Run goroutine takes). Every other call (Extend,
+// virtual time (world.virtualOps: the acquire round's AcquireFenced,
+// AcquireReader, AcquireWriter and CommitFence, and the health checker's
+// Ping and ServerInfo, whose round mutex only its one Run goroutine
+// takes). Every other call (Extend,
 // ExtendMany, Release, the repair's Acquire, Get) is answered at once in
 // virtual time: when its drawn latency fits the caller's deadline it
 // applies then and there; when it would not (a slow or paused master, a
@@ -592,6 +593,36 @@ func (l *link) WatchReleases(key string, notify func()) (cancel func()) {
 	})
 }
 
+// AcquireReader implements redlock.RWNode. Like AcquireFenced it is a
+// call of the acquire round, made with no lease's mutex held.
+func (l *link) AcquireReader(ctx context.Context, key, value string, ttl time.Duration, writerKey, intentKey string) (bool, time.Duration, bool, error) {
+	var ok, taken bool
+	var holderTTL time.Duration
+	if err := l.do(ctx, "acquire-reader", []string{key}, func() (e error) {
+		ok, holderTTL, taken, e = l.m.mem.AcquireReader(bg, key, value, ttl, writerKey, intentKey)
+		return e
+	}); err != nil {
+		return false, 0, false, err
+	}
+	return ok, holderTTL, taken, nil
+}
+
+// AcquireWriter implements redlock.RWNode; the history records the
+// writer's key and its intent.
+func (l *link) AcquireWriter(ctx context.Context, writerKey, fenceKey, value string, ttl time.Duration, intentKey string, readerKeys []string) (bool, time.Duration, int64, error) {
+	var ok bool
+	var holderTTL time.Duration
+	var floor int64
+	readerKeys = slices.Clone(readerKeys)
+	if err := l.do(ctx, "acquire-writer", []string{writerKey, intentKey}, func() (e error) {
+		ok, holderTTL, floor, e = l.m.mem.AcquireWriter(bg, writerKey, fenceKey, value, ttl, intentKey, readerKeys)
+		return e
+	}); err != nil {
+		return false, 0, 0, err
+	}
+	return ok, holderTTL, floor, nil
+}
+
 // RecordMembers implements redlock.MemberRecorder.
 func (l *link) RecordMembers(ctx context.Context, key, members string, ttl time.Duration) ([]string, error) {
 	var live []string
@@ -621,4 +652,5 @@ var (
 	_ redlock.ConnectionCounter  = (*link)(nil)
 	_ redlock.ConnectionNotifier = (*link)(nil)
 	_ redlock.MemberRecorder     = (*link)(nil)
+	_ redlock.RWNode             = (*link)(nil)
 )

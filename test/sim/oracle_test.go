@@ -2,6 +2,7 @@ package sim
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ func grantOf(w *world, owner, name string, asked, answered time.Duration, fence 
 	r := w.rec
 	q := &request{owner: owner, name: name, sidecar: "s1g1", req: lease.Request{Name: name, Owner: owner, TTL: 10 * time.Second},
 		start: at(w, asked), end: at(w, answered)}
-	g := &grant{r: q, answer: at(w, answered), fence: fence, expiresAt: at(w, answered+10*time.Second)}
+	g := &grant{r: q, answer: at(w, answered), fence: fence, res: name, expiresAt: at(w, answered+10*time.Second)}
 	g.promises = []promise{{at: at(w, answered), vu: at(w, vu), src: "acquire"}}
 	q.g = g
 	r.requests = append(r.requests, q)
@@ -116,5 +117,113 @@ func TestOracleLiveness(t *testing.T) {
 	w.rec.faults = append(w.rec.faults, &fault{kind: "pause", target: "m1", start: at(w, 6*time.Second), end: at(w, 14*time.Second)})
 	if got := checksOf(check(w)); len(got) != 0 {
 		t.Fatalf("the name was free only while the masters were disturbed: checks %v fired, want none", got)
+	}
+}
+
+// grantAs adds a grant of a semaphore's slot or a read/write lock's side
+// (as of req's Permits or Mode).
+func grantAs(w *world, owner string, req lease.Request, slot int, asked, answered time.Duration, fence int64, vu time.Duration) *grant {
+	g := grantOf(w, owner, req.Name, asked, answered, fence, vu)
+	req.Owner, req.TTL = owner, 10*time.Second
+	g.r.req, g.slot, g.res = req, slot, resourceOf(req, slot)
+	return g
+}
+
+func TestOraclePermits(t *testing.T) {
+	sem := lease.Request{Name: "pool", Permits: 2}
+	w := synth()
+	grantAs(w, "A", sem, 1, 0, time.Second, 10, 6*time.Second)
+	grantAs(w, "B", sem, 2, 0, 2*time.Second, 10, 6*time.Second)
+	c := grantAs(w, "C", sem, 1, 0, 3*time.Second, 20, 6*time.Second)
+	if got := checksOf(check(w)); !slices.Equal(got, []string{"a", "f"}) {
+		t.Fatalf("three holders of 2 permits at 3s, two on slot 1: checks %v fired, want [a f]", got)
+	}
+	c.slot, c.res = 3, "pool#3" // a slot beyond the permits: only the count sees it
+	if got := checksOf(check(w)); !slices.Equal(got, []string{"f"}) {
+		t.Fatalf("three holders of 2 permits at 3s on three slots: checks %v fired, want [f]", got)
+	}
+	c.answer = at(w, 7*time.Second)
+	if got := checksOf(check(w)); len(got) != 0 {
+		t.Fatalf("C granted after A's and B's promises: checks %v fired, want none", got)
+	}
+}
+
+func TestOracleReaders(t *testing.T) {
+	reader := lease.Request{Name: "doc", Mode: lease.ModeShared}
+	writer := lease.Request{Name: "doc", Mode: lease.ModeExclusive}
+	w := synth()
+	grantAs(w, "R1", reader, 1, 0, time.Second, 0, 5*time.Second)
+	grantAs(w, "R2", reader, 2, 0, 2*time.Second, 0, 5*time.Second) // readers share
+	wr := grantAs(w, "W", writer, 0, 0, 3*time.Second, 10, 8*time.Second)
+	if got := checksOf(check(w)); !slices.Equal(got, []string{"g"}) {
+		t.Fatalf("a writer granted at 3s within readers' promises to 5s: checks %v fired, want [g]", got)
+	}
+	wr.answer = at(w, 6*time.Second)
+	grantAs(w, "R3", reader, 1, 0, 7*time.Second, 0, 9*time.Second)
+	if got := checksOf(check(w)); !slices.Equal(got, []string{"g"}) {
+		t.Fatalf("a reader granted at 7s within the writer's promise to 8s: checks %v fired, want [g]", got)
+	}
+	wr.releaseStart = at(w, 6500*time.Millisecond)
+	grantAs(w, "W2", writer, 0, 6200*time.Millisecond, 10*time.Second, 5, 12*time.Second)
+	if got := checksOf(check(w)); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("W released before R3; W2 asked after W's grant with a lower fence: checks %v fired, want [b]", got)
+	}
+}
+
+// setOf adds the grant of a lock set with a member per name, each with
+// its fence and its own valid_until, the set promised until vu.
+func setOf(w *world, owner string, names []string, answered, vu time.Duration, fences []int64, own []time.Duration) *grant {
+	set := strings.Join(names, ",")
+	g := grantOf(w, owner, set, 0, answered, 0, vu)
+	var locks []lease.Info
+	for i, n := range names {
+		locks = append(locks, lease.Info{Name: n, Fence: fences[i], ValidUntil: at(w, own[i])})
+	}
+	w.rec.grantMembersLocked(g, lease.Info{Name: set, ValidUntil: at(w, vu), Locks: locks})
+	return g
+}
+
+func TestOracleSetLocks(t *testing.T) {
+	w := synth()
+	setOf(w, "S", []string{"a", "b"}, time.Second, 5*time.Second, []int64{10, 20}, []time.Duration{5 * time.Second, 6 * time.Second})
+	grantOf(w, "L", "b", 2*time.Second, 4*time.Second, 30, 9*time.Second)
+	if got := checksOf(check(w)); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("the lock b granted at 4s while the set holding it is promised to 5s: checks %v fired, want [a]", got)
+	}
+	w = synth()
+	setOf(w, "S", []string{"a", "b"}, time.Second, 5*time.Second, []int64{10, 20}, []time.Duration{5 * time.Second, 6 * time.Second})
+	grantOf(w, "L", "b", 2*time.Second, 5500*time.Millisecond, 15, 9*time.Second)
+	vs := check(w)
+	if got := checksOf(vs); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("the lock b granted at 5.5s, within b's own promise to 6s, with a fence below the set's: checks %v fired, want [a b]", got)
+	}
+	if got := classesOf(skipClasses(vs, []string{"a/G1-set-lock-own-valid_until-only"})); !slices.Equal(got, []string{"b/fence-not-above-earlier-grant"}) {
+		t.Fatalf("the lock's own promise is classed apart: classes %v remain once it is skipped, want the fence's only", got)
+	}
+}
+
+// Only waiting locks are judged by (d), and a set being taken holds its
+// locks unseen.
+func TestOracleLivenessKinds(t *testing.T) {
+	w := synth()
+	a := grantOf(w, "A", "job", 0, 7*time.Second, 10, 9*time.Second)
+	a.releaseStart, a.releaseDone = at(w, 8*time.Second), at(w, 8*time.Second)
+	a.endAt, a.endHow = a.releaseDone, "release returned"
+	waiter := func(owner string, req lease.Request, from, to time.Duration) {
+		req.Owner, req.Wait = owner, 30*time.Second
+		q := &request{owner: owner, name: req.Name, sidecar: "s2g1", req: req, start: at(w, from), end: at(w, to)}
+		w.rec.requests = append(w.rec.requests, q)
+		w.rec.byOwner[owner] = q
+	}
+	waiter("B", lease.Request{Name: "job", Permits: 1}, 7500*time.Millisecond, 20*time.Second)
+	waiter("S", lease.Request{Name: "job,other"}, 7500*time.Millisecond, 20*time.Second)
+	waiter("C", lease.Request{Name: "job"}, 7500*time.Millisecond, 20*time.Second)
+	if got := checksOf(check(w)); len(got) != 0 {
+		t.Fatalf("a set was taking job while C waited: checks %v fired, want none", got)
+	}
+	w.rec.requests = slices.DeleteFunc(w.rec.requests, func(q *request) bool { return q.owner == "S" })
+	vs := check(w)
+	if len(vs) != 1 || vs[0].check != "d" || !strings.Contains(vs[0].title, "while C waited") {
+		t.Fatalf("C waited 12s for a free job (the semaphore B is not the lock's waiter): findings %v, want one (d) of C", classesOf(vs))
 	}
 }

@@ -172,8 +172,9 @@ func (s *slot) start() (*sidecar, error) {
 	return sc, nil
 }
 
-// pollList records the valid_until every List shows: a List answer is a
-// promise too.
+// pollList records the valid_until every List shows (of locks, the
+// locks of sets among them, permits, readers and writers): a List answer
+// is a promise too.
 func (sc *sidecar) pollList(ctx context.Context) {
 	r := sc.slot.w.rng(0x1157, uint64(sc.slot.idx), hashString(sc.name))
 	for {
@@ -184,7 +185,9 @@ func (sc *sidecar) pollList(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		sc.slot.w.rec.listed(sc.name, sc.mgr.List())
+		for _, infos := range [][]lease.Info{sc.mgr.List(), sc.mgr.Semaphores().List(), sc.mgr.RWLocks().List()} {
+			sc.slot.w.rec.listed(sc.name, infos)
+		}
 	}
 }
 

@@ -30,7 +30,8 @@ import (
 //	SIM_BUDGET  wall time for the default run (default 50s; 10s with -short)
 //	SIM_TIME    virtual time per seed (default 2m)
 //	SIM_SKIP    finding classes to ignore, comma-separated prefixes of the
-//	            class names printed in the summary ("a/G1-expired,c2")
+//	            class names printed in the summary ("a/G1-expired,c2");
+//	            default: defaultSkip (SIM_SKIP= ignores none)
 //	SIM_TRACES  full traces per seed (default 3; the rest get one line)
 //	SIM_REPEAT  run each seed this many times (default 1): a seed fixes the
 //	            parameters, the fault schedule and every caller's plans, but
@@ -106,6 +107,12 @@ func TestSim(t *testing.T) {
 	}
 }
 
+// defaultSkip are the classes a run ignores unless SIM_SKIP says
+// otherwise: none. (A lock of a set publishes its own valid_until too,
+// in Info.Locks and List; the class "a/G1-set-lock-own-valid_until-only"
+// names a set's end breaking it, found here and fixed in lease.endWithSet.)
+var defaultSkip []string
+
 type simConfig struct {
 	seeds    []uint64 // explicit seeds, or nil
 	base     uint64
@@ -149,7 +156,7 @@ func (c simConfig) seed(i int) (uint64, bool) {
 }
 
 func simEnv(t *testing.T) simConfig {
-	c := simConfig{base: 1, budget: 50 * time.Second, simTime: 2 * time.Minute, traces: 3, repeat: 1}
+	c := simConfig{base: 1, budget: 50 * time.Second, simTime: 2 * time.Minute, traces: 3, repeat: 1, skip: defaultSkip}
 	if testing.Short() {
 		c.budget = 10 * time.Second
 	}
@@ -190,7 +197,8 @@ func simEnv(t *testing.T) simConfig {
 		}
 		c.repeat = n
 	}
-	if v := os.Getenv("SIM_SKIP"); v != "" {
+	if v, ok := os.LookupEnv("SIM_SKIP"); ok {
+		c.skip = nil
 		for _, s := range strings.Split(v, ",") {
 			if s = strings.TrimSpace(s); s != "" {
 				c.skip = append(c.skip, s)
@@ -565,10 +573,46 @@ func (w *world) drawPlan(r *rand.Rand) callerPlan {
 	return pl
 }
 
+// drawKind makes a small share of the plans take a semaphore, a side of
+// a read/write lock or a lock set instead of a lock, from a stream of its
+// own so that the lock plans stay those the seed always drew. Every kind
+// uses the lock names: a semaphore or read/write lock "n1" is unrelated to
+// the lock "n1", while a set's locks are those locks.
+func (w *world) drawKind(pl *callerPlan, r *rand.Rand) {
+	switch x := r.IntN(100); {
+	case x < 6:
+		pl.req.Permits = w.permits(pl.req.Name)
+	case x < 11:
+		pl.req.Mode = lease.ModeShared
+	case x < 14:
+		pl.req.Mode = lease.ModeExclusive
+	case x < 20:
+		pl.req.Name = w.drawSet(r)
+	}
+}
+
+// permits is the semaphore name's permits, the same for every caller of
+// a run (a sidecar refuses callers that ask for other permits than its
+// holders of the name).
+func (w *world) permits(name string) int { return 1 + int(w.rnd(0x5e4a, hashString(name))%2) }
+
+// drawSet names a set of two or three locks in a random order (the lease
+// package sorts them), of at least two names even when the run's locks
+// are one.
+func (w *world) drawSet(r *rand.Rand) string {
+	n := max(w.p.Names, 2)
+	names := make([]string, 0, 3)
+	for _, i := range r.Perm(n)[:min(n, 2+r.IntN(2))] {
+		names = append(names, fmt.Sprintf("n%d", i+1))
+	}
+	return strings.Join(names, ",")
+}
+
 func (w *world) runCaller(ctx context.Context, c *client) {
 	for k := uint64(0); ctx.Err() == nil; k++ {
 		r := w.rng(0xca11, uint64(c.slot.idx), uint64(c.id), k)
 		pl := w.drawPlan(r)
+		w.drawKind(&pl, w.rng(0xca11, uint64(c.slot.idx), uint64(c.id), k, 0x6b1d))
 		if !sleepCtx(ctx, pl.pause) {
 			return
 		}
@@ -661,7 +705,7 @@ func (w *world) keep(ctx context.Context, h *held, pl callerPlan, r *rand.Rand) 
 		_ = h.release("")
 	case "race":
 		fired := make(chan struct{})
-		cancel := w.onExtendSent(h.c.slot.idx, keyPrefix+h.name, func() { close(fired) })
+		cancel := w.onExtendSent(h.c.slot.idx, h.key(), func() { close(fired) })
 		t := time.NewTimer(w.p.KeyTTL)
 		select {
 		case <-fired:
@@ -707,6 +751,10 @@ func (r *recorder) summary() string {
 		}
 		ends[strings.SplitN(how, ":", 2)[0]]++
 	}
+	kinds := map[string]int{}
+	for _, q := range r.requests {
+		kinds[string(q.kind())]++
+	}
 	created := 0
 	for _, k := range r.keys {
 		if k.created() {
@@ -719,6 +767,7 @@ func (r *recorder) summary() string {
 	}
 	var parts []string
 	parts = append(parts, fmt.Sprintf("%d acquires, %d grants, %d key creations", len(r.requests), grants, created))
+	parts = append(parts, "kinds "+fmtCounts(kinds))
 	parts = append(parts, "faults "+fmtCounts(faults))
 	parts = append(parts, "ends "+fmtCounts(ends))
 	parts = append(parts, "outcomes "+fmtCounts(r.stats))

@@ -101,7 +101,7 @@ type hookKey struct {
 // watchdog counter (see bubble).
 func newWorld(seed uint64, p params, progress *atomic.Uint64) *world {
 	w := &world{seed: seed, p: p, t0: time.Now(), sendHooks: map[hookKey]func(){},
-		virtualOps: map[string]bool{"acquire": true, "commit": true, "ping": true, "info": true}, progress: progress}
+		virtualOps: map[string]bool{"acquire": true, "acquire-reader": true, "acquire-writer": true, "commit": true, "ping": true, "info": true}, progress: progress}
 	w.rec = newRecorder(w.t0)
 	for i := range p.Masters {
 		w.masters = append(w.masters, newMaster(w, i, w.clockFor(i), p.Durable[i]))
