@@ -95,13 +95,15 @@ func verbs() []verb {
 			about: "Runs the sidecar: the lock API on SIDELOCK_LISTEN_ADDR and /healthz, /readyz and /metrics on\n" +
 				"SIDELOCK_ADMIN_ADDR, over the Redis masters in SIDELOCK_REDIS_ADDRS, until SIGINT or SIGTERM.\n" +
 				"It is configured by the environment (below; docs/configuration.md has the same table)."},
-		{name: "exec", args: "NAME -- COMMAND [ARGS...]", summary: "run a command while holding a lock, a semaphore's permit or the leadership", run: runExec,
+		{name: "exec", args: "NAME -- COMMAND [ARGS...]", summary: "run a command while holding a lock, a semaphore's permit, a read/write lock or the leadership", run: runExec,
 			about: "Runs COMMAND while holding the lock NAME through the local sidecar, with SIDELOCK_LOCK_NAME,\n" +
 				"SIDELOCK_TOKEN and SIDELOCK_FENCE in its environment. The lock is released only once the\n" +
 				"command and every process it started in its group are dead. If the lock is lost, the command\n" +
 				"gets SIGTERM, then SIGKILL after --grace or just before the lock's valid_until.\n" +
 				"With --permits N it holds one of the N permits of the semaphore NAME instead (SIDELOCK_SLOT\n" +
-				"says which slot; the fence orders that slot's holders). With --leader it campaigns for the\n" +
+				"says which slot; the fence orders that slot's holders). With --mode shared|exclusive it holds\n" +
+				"the read/write lock NAME as a reader or the writer (SIDELOCK_MODE; a reader also gets\n" +
+				"SIDELOCK_SLOT, a writer a fence above every earlier writer's). With --leader it campaigns for the\n" +
 				"lock NAME, waiting as long as it takes, and runs COMMAND once elected: the owner (--owner,\n" +
 				"default the hostname) names the leader, the fence is its term.",
 			exits: []exitRow{
