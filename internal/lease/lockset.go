@@ -119,13 +119,13 @@ func (s LockSets) Acquire(ctx context.Context, req Request) (Info, error) {
 		}
 		info, err := s.m.Acquire(ctx, one)
 		if err != nil {
-			s.releaseTaken(infos)
+			s.releaseTaken(infos, req.token)
 			return Info{}, err
 		}
 		infos = append(infos, info)
 	}
 	if err := s.m.bindSet(infos); err != nil {
-		s.releaseTaken(infos)
+		s.releaseTaken(infos, req.token)
 		return Info{}, err
 	}
 	return setInfo(names, infos), nil
@@ -141,11 +141,14 @@ func checkSetKind(req Request) error {
 	return nil
 }
 
-// releaseTaken releases the locks a failed set acquisition took. Each has
-// the token it was granted with (a replayed lock has its earlier lease's).
-func (s LockSets) releaseTaken(infos []Info) {
+// releaseTaken releases the locks a failed set acquisition took: those
+// granted with its token. A lock an Idempotency-Key replayed (held before,
+// under another token) is not its to release.
+func (s LockSets) releaseTaken(infos []Info, token string) {
 	for _, in := range infos {
-		_ = s.m.Release(context.Background(), in.Name, in.Token)
+		if in.Token == token {
+			_ = s.m.Release(context.Background(), in.Name, in.Token)
+		}
 	}
 }
 
@@ -159,7 +162,7 @@ func (m *Manager) bindSet(infos []Info) error {
 	set := &lockSet{}
 	for _, in := range infos {
 		l, ok := m.leases[in.Name]
-		if !ok || !l.hasToken(in.Token) || in.Token != infos[0].Token {
+		if !ok || !l.hasToken(in.Token) || in.Token != infos[0].Token || !sameSet(l.set, infos) {
 			return fmt.Errorf("%w: %s", ErrSetChanged, in.Name)
 		}
 		set.leases = append(set.leases, l)
@@ -168,6 +171,24 @@ func (m *Manager) bindSet(infos []Info) error {
 		l.set = set
 	}
 	return nil
+}
+
+// sameSet tells whether a lease's set (nil: none yet) is the set of the
+// locks infos names, so that a replay binds the locks of one set again
+// and never takes a lock of another set.
+func sameSet(set *lockSet, infos []Info) bool {
+	if set == nil {
+		return true
+	}
+	if len(set.leases) != len(infos) {
+		return false
+	}
+	for i, l := range set.leases {
+		if l.name != infos[i].Name {
+			return false
+		}
+	}
+	return true
 }
 
 // endSiblings ends the other leases of l's set with l's end reason. Each
@@ -293,7 +314,19 @@ func (s LockSets) leasesOf(name, token string) ([]string, []*lease, error) {
 			return nil, nil, err
 		}
 	}
+	if !s.m.wholeSet(leases) {
+		return nil, nil, fmt.Errorf("%w: the names are not those of one lock set held with this token", ErrLeaseGone)
+	}
 	return names, leases, nil
+}
+
+// wholeSet tells whether leases are exactly the locks of one set: a
+// heartbeat or release naming only some of them would split the set.
+func (m *Manager) wholeSet(leases []*lease) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	set := leases[0].set
+	return set != nil && len(set.leases) == len(leases) && !slices.ContainsFunc(leases, func(l *lease) bool { return l.set != set })
 }
 
 // Extend heartbeats every lock of the set, in parallel; it answers the set

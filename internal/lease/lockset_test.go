@@ -141,3 +141,40 @@ func TestLockSetRefusesBadSets(t *testing.T) {
 		}
 	}
 }
+
+// The set's token works only on the whole set: naming some of its locks
+// is no set held, and an Idempotency-Key that replays a lock held on its
+// own does not release it when the set fails.
+func TestLockSetTokenCoversTheWholeSetOnly(t *testing.T) {
+	f, _ := twoSidecars(t)
+	ctx := context.Background()
+	in, err := f.m.LockSets().Acquire(ctx, set("s1,s2,s3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range []string{"s1,s2", "s3"} {
+		if _, err := f.m.LockSets().Extend(ctx, part, in.Token, 0); !errors.Is(err, lease.ErrLeaseGone) {
+			t.Errorf("extend %s of the set: %v, want lease gone", part, err)
+		}
+		if err := f.m.LockSets().Release(ctx, part, in.Token); !errors.Is(err, lease.ErrLeaseGone) {
+			t.Errorf("release %s of the set: %v, want lease gone", part, err)
+		}
+	}
+	if _, err := f.m.LockSets().Extend(ctx, "s3,s1,s2", in.Token, 0); err != nil {
+		t.Fatalf("the whole set: %v", err)
+	}
+
+	const key = "set-key-0123456789abcdef"
+	alone, err := f.m.Acquire(ctx, lease.Request{Name: "k1", TTL: 10 * time.Second, IdempotencyKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := set("k1,s1") // s1 is held by the set above: the set fails
+	req.IdempotencyKey = key
+	if _, err := f.m.LockSets().Acquire(ctx, req); err == nil {
+		t.Fatal("a set with a held name was granted")
+	}
+	if _, err := f.m.Extend(ctx, "k1", alone.Token, 0); err != nil {
+		t.Fatalf("the lock held on its own, replayed into the failed set: %v (it must not be released)", err)
+	}
+}
