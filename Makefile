@@ -156,6 +156,8 @@ docs-config:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAcquireParams$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzSemaphoreParams$$' -fuzztime $(FUZZTIME) ./httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzRWLockParams$$' -fuzztime $(FUZZTIME) ./httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzLockSetParams$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzInspectQuery$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzTokenParams$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzHeaders$$' -fuzztime $(FUZZTIME) ./httpapi

@@ -50,6 +50,7 @@ const (
 	codeLeaseGone           problemCode = "lease_gone"
 	codeIdempotencyMismatch problemCode = "idempotency_mismatch"
 	codePermitsMismatch     problemCode = "permits_mismatch"
+	codeSetChanged          problemCode = "set_changed"
 	// 429: this sidecar's limits.
 	codeTooManyLocks    problemCode = "too_many_locks"
 	codeTooManyWaiters  problemCode = "too_many_waiters"
@@ -168,11 +169,15 @@ func problemFor(err error) problem {
 	case errors.As(err, &tooBig):
 		return newProblem(http.StatusRequestEntityTooLarge, codeBodyTooLarge, fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
 	case errors.As(err, &held):
-		p := newProblem(http.StatusConflict, codeLockHeld, "the lock is held by another owner (for a semaphore: every permit is held; for a read/write lock: a writer holds or waits, or readers hold it)")
+		p := newProblem(http.StatusConflict, codeLockHeld, "the lock is held by another owner (for a semaphore: every permit is held; for a read/write lock: a writer holds or waits, or readers hold it; for a lock set: one of its locks is held)")
 		p.RetryAfterMS = held.RetryAfter.Milliseconds()
 		return p
 	case errors.Is(err, lease.ErrPermitsMismatch):
 		return newProblem(http.StatusConflict, codePermitsMismatch, err.Error())
+	case errors.Is(err, lease.ErrSetChanged):
+		// The set's own state, not the masters': none of it is held now,
+		// and the same request may be sent again at once.
+		return newProblem(http.StatusConflict, codeSetChanged, err.Error()+"; none of its locks is held: try again")
 	case errors.Is(err, watch.ErrTooManyStreams):
 		p := newProblem(http.StatusTooManyRequests, codeTooManyWatchers, err.Error())
 		p.RetryAfterMS = watchRetryAfter.Milliseconds()
@@ -251,6 +256,16 @@ type leaseBody struct {
 	Slot    int `json:"slot,omitempty"` // also a reader's (1..lease.MaxReaders)
 	// Mode is a read/write lock's side: shared (a reader) or exclusive.
 	Mode lease.Mode `json:"mode,omitempty"`
+	// Locks are a lock set's locks, in canonical order (absent otherwise).
+	Locks []setLockBody `json:"locks,omitempty"`
+}
+
+// setLockBody is one lock of a lock set's lease, with its own fence and
+// validity; the set's valid_until is the earliest of them.
+type setLockBody struct {
+	Name       string    `json:"name"`
+	Fence      int64     `json:"fence,omitempty"`
+	ValidUntil time.Time `json:"valid_until"`
 }
 
 func leaseJSON(in lease.Info) leaseBody {
@@ -267,7 +282,20 @@ func leaseJSON(in lease.Info) leaseBody {
 		Permits:        in.Permits,
 		Slot:           in.Slot,
 		Mode:           in.Mode,
+		Locks:          setLocksJSON(in.Locks),
 	}
+}
+
+// setLocksJSON is a lock set's locks (nil for every other lease).
+func setLocksJSON(locks []lease.Info) []setLockBody {
+	if len(locks) == 0 {
+		return nil
+	}
+	out := make([]setLockBody, len(locks))
+	for i, l := range locks {
+		out[i] = setLockBody{Name: l.Name, Fence: l.Fence, ValidUntil: l.ValidUntil.UTC()}
+	}
+	return out
 }
 
 // optionalTime is t in UTC, or nil for the zero time (omitted in JSON).
@@ -345,6 +373,25 @@ func rwlockJSON(st lease.RWStatus) rwlockBody {
 	}
 	for _, r := range st.Readers {
 		b.Readers = append(b.Readers, holderJSON(r))
+	}
+	return b
+}
+
+// lockSetBody is the answer to a lock set's inspection: each lock as a
+// lock's inspection answers it, in canonical order, and how many are held.
+type lockSetBody struct {
+	Name  string       `json:"name"`
+	Locks []statusBody `json:"locks"`
+	Held  int          `json:"held"`
+}
+
+func lockSetJSON(st lease.SetStatus) lockSetBody {
+	b := lockSetBody{Name: st.Name, Locks: make([]statusBody, 0, len(st.Locks))}
+	for _, l := range st.Locks {
+		b.Locks = append(b.Locks, statusJSON(l))
+		if l.Held {
+			b.Held++
+		}
 	}
 	return b
 }

@@ -60,6 +60,7 @@ func (ft *fuzzTarget) serve(t *testing.T, req *http.Request) *httptest.ResponseR
 		var body struct {
 			Name, Token, Mode string
 			Permits           int
+			Locks             []json.RawMessage
 		}
 		_ = json.Unmarshal(rec.Body.Bytes(), &body)
 		release := ft.m.Release
@@ -68,6 +69,8 @@ func (ft *fuzzTarget) serve(t *testing.T, req *http.Request) *httptest.ResponseR
 			release = ft.m.Semaphores().Release
 		case body.Mode != "":
 			release = ft.m.RWLocks().Release
+		case len(body.Locks) > 0:
+			release = ft.m.LockSets().Release
 		}
 		if err := release(context.Background(), body.Name, body.Token); err != nil {
 			t.Fatalf("releasing a fuzzed grant: %v", err)
@@ -148,8 +151,29 @@ func FuzzRWLockParams(f *testing.F) {
 	})
 }
 
+// FuzzLockSetParams throws names (several, joined by ","), query strings
+// and bodies at a lock set's acquire; a set with the guarded lock must be
+// refused without disturbing it.
+func FuzzLockSetParams(f *testing.F) {
+	f.Add("accounts/1,accounts/2", "ttl=5s&owner=w1", "")
+	f.Add("b,guarded,a", "", `{"ttl":"1m","wait":"0s"}`)
+	f.Add("a,a", "ttl=5", "")
+	f.Add("a,,b", "", `{"ttl":5}`)
+	f.Add("a,b/events", "hold=true", "")
+	f.Add("a%2Cb", "max_hold=2s", "")
+	f.Add("0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16", "", "")
+	f.Add("x,y", "permits=2&mode=shared", `{"hold":true}`)
+	ft := newFuzzTarget(f)
+	f.Fuzz(func(t *testing.T, names, query, body string) {
+		req := newRequestIn("/locksets/", http.MethodPost, names, body)
+		req.URL.RawQuery = query
+		ft.serve(t, req)
+	})
+}
+
 // FuzzInspectQuery throws query strings at the inspections of a lock (a
-// watch among them), of a semaphore and of a read/write lock.
+// watch among them), of a semaphore, of a read/write lock and of a lock
+// set.
 func FuzzInspectQuery(f *testing.F) {
 	f.Add(uint8(0), "guarded", "")
 	f.Add(uint8(0), "guarded", "watch=true")
@@ -158,8 +182,10 @@ func FuzzInspectQuery(f *testing.F) {
 	f.Add(uint8(1), "pool", "permits=99999&watch=true")
 	f.Add(uint8(2), "cache", "")
 	f.Add(uint8(2), "cache", "mode=shared")
+	f.Add(uint8(3), "guarded,x", "")
+	f.Add(uint8(3), "x,x", "watch=true")
 	ft := newFuzzTarget(f)
-	prefixes := []string{"/locks/", "/semaphores/", "/rwlocks/"}
+	prefixes := []string{"/locks/", "/semaphores/", "/rwlocks/", "/locksets/"}
 	f.Fuzz(func(t *testing.T, kind uint8, name, query string) {
 		prefix := prefixes[int(kind)%len(prefixes)]
 		req := newRequestIn(prefix, http.MethodGet, name, "")

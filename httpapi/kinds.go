@@ -9,7 +9,7 @@ import (
 
 // leaseAPI is what the handlers need of a kind of lease: the lease
 // Manager for locks, its Semaphores for permits, its RWLocks for readers
-// and writers.
+// and writers, its LockSets for sets of locks.
 type leaseAPI interface {
 	Acquire(ctx context.Context, req lease.Request) (lease.Info, error)
 	Extend(ctx context.Context, name, token string, ttl time.Duration) (lease.Info, error)
@@ -33,7 +33,12 @@ const (
 	locks      = "/locks/"
 	semaphores = "/semaphores/"
 	rwlocks    = "/rwlocks/"
+	locksets   = "/locksets/"
 )
+
+// setSeparator joins the lock names of a set in its path and its
+// canonical name ("a,b"); lock names cannot contain it.
+const setSeparator = ","
 
 func lockKind(m *lease.Manager) kind {
 	return kind{prefix: locks, noun: "lock", api: m, list: m.List}
@@ -45,4 +50,8 @@ func semaphoreKind(m *lease.Manager) kind {
 
 func rwlockKind(m *lease.Manager) kind {
 	return kind{prefix: rwlocks, noun: "read/write lock", api: m.RWLocks(), list: m.RWLocks().List, mode: true}
+}
+
+func locksetKind(m *lease.Manager) kind {
+	return kind{prefix: locksets, noun: "lock set", api: m.LockSets(), list: m.LockSets().List}
 }

@@ -122,6 +122,18 @@ func handleInspectRWLock(log *slog.Logger, rws lease.RWLocks) http.Handler {
 	})
 }
 
+// handleInspectLockSet reads every lock of a set from the masters; it
+// takes no parameters.
+func handleInspectLockSet(log *slog.Logger, sets lease.LockSets) http.Handler {
+	return handleRead(log, locksets, func(ctx context.Context, name, rawQuery string) (any, error) {
+		if _, err := strictQuery(rawQuery); err != nil {
+			return nil, err
+		}
+		st, err := sets.Inspect(ctx, name)
+		return lockSetJSON(st), err
+	})
+}
+
 // handleRead answers a read of the masters about the name after prefix:
 // read checks the query and returns the body of the answer.
 func handleRead(log *slog.Logger, prefix string, read func(ctx context.Context, name, rawQuery string) (any, error)) http.Handler {

@@ -30,7 +30,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	var served []string
 	for _, r := range []chi.Router{lockAPI, admin} {
 		err := chi.Walk(r, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
-			served = append(served, strings.ToLower(method)+" "+strings.Replace(route, "/*", "/{name}", 1))
+			served = append(served, strings.ToLower(method)+" "+strings.Replace(route, "/*", "/"+pathParam(route), 1))
 			return nil
 		})
 		if err != nil {
@@ -45,12 +45,21 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			}
 		}
 	}
-	// GET /locks/*, /semaphores/* and /rwlocks/* also serve the event
-	// stream by its reserved suffix.
-	served = append(served, "get /locks/{name}/events", "get /semaphores/{name}/events", "get /rwlocks/{name}/events")
+	// GET /locks/*, /semaphores/*, /rwlocks/* and /locksets/* also serve
+	// the event stream by its reserved suffix.
+	served = append(served, "get /locks/{name}/events", "get /semaphores/{name}/events", "get /rwlocks/{name}/events", "get /locksets/{names}/events")
 	slices.Sort(served)
 	slices.Sort(documented)
 	if !slices.Equal(served, documented) {
 		t.Fatalf("routes and OpenAPI differ:\nserved:     %v\ndocumented: %v", served, documented)
 	}
+}
+
+// pathParam is the spec's parameter for the rest of a route's path: a
+// lock set's names, or one name.
+func pathParam(route string) string {
+	if strings.HasPrefix(route, locksets) {
+		return "{names}"
+	}
+	return "{name}"
 }

@@ -127,7 +127,8 @@ const tokenLen = 32
 // second level of escaping ("%252F") leaves a '%' and is refused, as are
 // escaped dot segments ("%2E%2E"). (The router's own parameter cannot
 // tell those two apart: net/url keeps the escaped form only when it
-// differs from the default one.)
+// differs from the default one.) A lock set's path names its locks (see
+// setNameOf).
 func nameIn(r *http.Request, prefix string) (string, error) {
 	raw := strings.TrimPrefix(r.URL.EscapedPath(), prefix)
 	if r.Method == http.MethodGet {
@@ -137,10 +138,25 @@ func nameIn(r *http.Request, prefix string) (string, error) {
 	if err != nil {
 		return "", badRequest(codeInvalidName, "lock name: a malformed percent-escape")
 	}
+	if prefix == locksets {
+		return setNameOf(name)
+	}
 	if err := lease.ValidateName(name); err != nil {
 		return "", badRequest(codeInvalidName, "%s", err.Error())
 	}
 	return name, nil
+}
+
+// setNameOf checks the names of a lock set, joined by "," in any order
+// (each a lock name, none twice, at most lease.MaxSetLocks), and returns
+// the set's canonical name: its names sorted, as every answer and stream
+// names the set. A bad set is a bad name, with the lock's code.
+func setNameOf(names string) (string, error) {
+	sorted, err := lease.SetNames(names)
+	if err != nil {
+		return "", badRequest(codeInvalidName, "%s", err.Error())
+	}
+	return strings.Join(sorted, setSeparator), nil
 }
 
 // readParams merges the query string and the JSON body, rejecting unknown

@@ -12,18 +12,20 @@ import (
 )
 
 // addLockRoutes is every route of the lock API. Lock names may contain "/",
-// so a name is the rest of the path after /locks/ (after /semaphores/ and
-// /rwlocks/ for the other kinds, each served by addKindRoutes).
+// so a name is the rest of the path after /locks/ (after /semaphores/,
+// /rwlocks/ and /locksets/ for the other kinds, each served by
+// addKindRoutes; a lock set's "name" is its lock names joined by ",").
 // The token check runs inside observe, so refused requests are counted.
 func addLockRoutes(r chi.Router, log *slog.Logger, leases *lease.Manager, watches *watch.Hub, obs RequestObserver, o options) {
 	r.Use(recoverer(log), observe(obs), refuseAmbiguousFraming(o.ambiguous, log), RequireToken(o.apiToken, log), limitBody(MaxBodyBytes))
-	r.NotFound(notFound(log, "the lock API: /locks, /locks/{name}, /semaphores, /semaphores/{name}, /rwlocks and /rwlocks/{name}").ServeHTTP)
+	r.NotFound(notFound(log, "the lock API: /locks, /locks/{name}, /semaphores, /semaphores/{name}, /rwlocks, /rwlocks/{name}, /locksets and /locksets/{names}").ServeHTTP)
 	r.MethodNotAllowed(methodNotAllowed(log).ServeHTTP)
 	// GET /locks/{name} inspects, or watches; a semaphore's inspection
-	// needs its permits; a read/write lock's takes nothing.
+	// needs its permits; a read/write lock's and a lock set's take nothing.
 	addKindRoutes(r, log, lockKind(leases), handleInspect(log, leases, watches))
 	addKindRoutes(r, log, semaphoreKind(leases), handleInspectSemaphore(log, leases.Semaphores()))
 	addKindRoutes(r, log, rwlockKind(leases), handleInspectRWLock(log, leases.RWLocks()))
+	addKindRoutes(r, log, locksetKind(leases), handleInspectLockSet(log, leases.LockSets()))
 }
 
 // addKindRoutes serves one kind of lease, in a name space of its own:

@@ -55,7 +55,8 @@ func TestAPITokenIsRequiredOnEveryRoute(t *testing.T) {
 		{"Authorization", "Bearer "},
 	}
 	routes := [][2]string{{"POST", "/locks/a"}, {"PUT", "/locks/a"}, {"DELETE", "/locks/a"}, {"GET", "/locks/a"}, {"GET", "/locks"}, {"GET", "/locks/a/events"}, {"GET", "/nope"},
-		{"POST", "/rwlocks/a?mode=shared"}, {"GET", "/rwlocks/a"}, {"GET", "/rwlocks"}}
+		{"POST", "/rwlocks/a?mode=shared"}, {"GET", "/rwlocks/a"}, {"GET", "/rwlocks"},
+		{"POST", "/locksets/a,b"}, {"GET", "/locksets/a,b"}, {"GET", "/locksets"}}
 	for _, header := range bad {
 		for _, rt := range routes {
 			got := call(t, srv, rt[0], rt[1], "", header...)

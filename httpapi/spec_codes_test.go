@@ -135,7 +135,7 @@ func TestProblemTypeIsOnePerCode(t *testing.T) {
 // The event names each stream documents in x-sse-events are the ones the
 // code sends: acquired (hold streams only), every lease event kind but
 // the end, and released or lost for the end (endEvent), alike for locks,
-// semaphores and read/write locks; every watch.Kind on a lock's watch stream. The reasons
+// semaphores, read/write locks and lock sets; every watch.Kind on a lock's watch stream. The reasons
 // of the ended events are every lease.EndReason plus the one of a hold
 // that ended unseen, and those of a watch's released every watch.Reason.
 func TestStreamEventsMatchTheSpec(t *testing.T) {
@@ -169,6 +169,8 @@ func TestStreamEventsMatchTheSpec(t *testing.T) {
 		{"/semaphores/{name}/events", "get", "200", streamed},
 		{"/rwlocks/{name}", "post", "200", held},
 		{"/rwlocks/{name}/events", "get", "200", streamed},
+		{"/locksets/{names}", "post", "200", held},
+		{"/locksets/{names}/events", "get", "200", streamed},
 		{"/locks/{name}", "get", "200", watched},
 	} {
 		media := spec.at(t, "paths", c.path, c.method, "responses", c.status, "content", "text/event-stream")
@@ -213,6 +215,8 @@ func TestSchemasMatchTheGoTypes(t *testing.T) {
 		"SemaphoreStatus": semaphoreBody{},
 		"Holder":          holderBody{},
 		"RWLockStatus":    rwlockBody{},
+		"SetLock":         setLockBody{},
+		"LockSetStatus":   lockSetBody{},
 		"WatchEvent":      watchBody{},
 		"Problem":         problem{},
 		"ValidityEvent":   renewedData{},

@@ -162,6 +162,7 @@ func TestOperationStatusesAreTheOnesServed(t *testing.T) {
 	held := acquireToken(t, api, "status/held")
 	semHeld := takeToken(t, api, "/semaphores/status/held?permits=1")
 	rwHeld := takeToken(t, api, "/rwlocks/status/held?mode=shared")
+	setHeld := takeToken(t, api, "/locksets/status/set/a,status/set/b")
 	capped := watchCappedAtOne(t, b, m)
 	idem := []string{"Idempotency-Key", "status-test-idempotency-key"}
 	if got := answer(t, api, "POST", "/locks/status/idem?ttl=30s", "", idem...); got != 200 {
@@ -172,6 +173,9 @@ func TestOperationStatusesAreTheOnesServed(t *testing.T) {
 	}
 	if got := answer(t, api, "POST", "/rwlocks/status/idem?mode=shared&ttl=30s", "", idem...); got != 200 {
 		t.Fatalf("idempotent reader: %d", got)
+	}
+	if got := answer(t, api, "POST", "/locksets/status/idem/a,status/idem/b?ttl=30s", "", idem...); got != 200 {
+		t.Fatalf("idempotent lock set: %d", got)
 	}
 
 	metricsOK := promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{})
@@ -365,6 +369,64 @@ func TestOperationStatusesAreTheOnesServed(t *testing.T) {
 			{431, req(api, "GET", "/rwlocks/status/held/events", "", append(tok(rwHeld), bigHeader...)...)},
 			{500, req(broken, "GET", "/rwlocks/status/held/events", "", tok(zeroToken)...)},
 		},
+		"get /locksets": {
+			{200, req(api, "GET", "/locksets", "")},
+			{400, req(framing, "GET", "/locksets", "")},
+			{401, req(guarded, "GET", "/locksets", "")},
+			{431, req(api, "GET", "/locksets", "", bigHeader...)},
+			{500, req(broken, "GET", "/locksets", "")},
+		},
+		"post /locksets/{names}": {
+			{200, req(api, "POST", "/locksets/status/free/a,status/free/b", "")},
+			{204, req(api, "POST", "/locksets/status/reconnect/a,status/reconnect/b?hold=true", "", "Last-Event-ID", "3")},
+			{400, req(api, "POST", "/locksets/status/x,status/x", "")},
+			{401, req(guarded, "POST", "/locksets/status/x,status/y", "")},
+			{409, req(api, "POST", "/locksets/status/y,status/held", "")},
+			{413, req(api, "POST", "/locksets/status/x,status/y", bigBody)},
+			{422, req(api, "POST", "/locksets/status/idem/b,status/idem/a?ttl=31s", "", idem...)},
+			{429, req(limited, "POST", "/locksets/limit/x,limit/y", "")},
+			{431, req(api, "POST", "/locksets/status/x,status/y", "", bigHeader...)},
+			{500, req(broken, "POST", "/locksets/status/x,status/y", "")},
+			{503, req(down, "POST", "/locksets/status/x,status/y", "")},
+		},
+		"put /locksets/{names}": {
+			{200, req(api, "PUT", "/locksets/status/set/b,status/set/a", "", tok(setHeld)...)},
+			{400, req(api, "PUT", "/locksets/status/set/a,status/set/b", "")},
+			{401, req(guarded, "PUT", "/locksets/status/set/a,status/set/b", "", tok(setHeld)...)},
+			{410, req(api, "PUT", "/locksets/status/set/a,status/set/b", "", tok(zeroToken)...)},
+			{413, req(api, "PUT", "/locksets/status/set/a,status/set/b", bigBody, tok(setHeld)...)},
+			{431, req(api, "PUT", "/locksets/status/set/a,status/set/b", "", append(tok(setHeld), bigHeader...)...)},
+			{500, req(broken, "PUT", "/locksets/status/set/a,status/set/b", "", tok(zeroToken)...)},
+		},
+		"delete /locksets/{names}": {
+			{204, func() int {
+				return answer(t, api, "DELETE", "/locksets/status/gone/b,status/gone/a", "", tok(takeToken(t, api, "/locksets/status/gone/a,status/gone/b"))...)
+			}},
+			{400, req(api, "DELETE", "/locksets/status/set/a,status/set/b", "")},
+			{401, req(guarded, "DELETE", "/locksets/status/set/a,status/set/b", "", tok(setHeld)...)},
+			{410, req(api, "DELETE", "/locksets/status/set/a,status/set/b", "", tok(zeroToken)...)},
+			{413, req(api, "DELETE", "/locksets/status/set/a,status/set/b", bigBody, tok(zeroToken)...)},
+			{431, req(api, "DELETE", "/locksets/status/set/a,status/set/b", "", append(tok(zeroToken), bigHeader...)...)},
+			{500, req(broken, "DELETE", "/locksets/status/set/a,status/set/b", "", tok(zeroToken)...)},
+		},
+		"get /locksets/{names}": {
+			{200, req(api, "GET", "/locksets/status/set/a,status/set/b", "")},
+			{400, req(api, "GET", "/locksets/status/set/a,status/set/b?watch=true", "")},
+			{401, req(guarded, "GET", "/locksets/status/set/a,status/set/b", "")},
+			{431, req(api, "GET", "/locksets/status/set/a,status/set/b", "", bigHeader...)},
+			{500, req(broken, "GET", "/locksets/status/set/a,status/set/b", "")},
+			{503, req(down, "GET", "/locksets/status/set/a,status/set/b", "")},
+		},
+		"get /locksets/{names}/events": {
+			{200, req(api, "GET", "/locksets/status/set/a,status/set/b/events", "", tok(setHeld)...)},
+			{204, req(api, "GET", "/locksets/status/set/a,status/set/b/events", "", append(tok(zeroToken), "Last-Event-ID", "2")...)},
+			{400, req(api, "GET", "/locksets/status/set/a,status/set/b/events", "")},
+			{401, req(guarded, "GET", "/locksets/status/set/a,status/set/b/events", "", tok(setHeld)...)},
+			{410, req(api, "GET", "/locksets/status/set/a,status/set/b/events", "", tok(zeroToken)...)},
+			{413, req(api, "GET", "/locksets/status/set/a,status/set/b/events", bigBody, tok(zeroToken)...)},
+			{431, req(api, "GET", "/locksets/status/set/a,status/set/b/events", "", append(tok(setHeld), bigHeader...)...)},
+			{500, req(broken, "GET", "/locksets/status/set/a,status/set/b/events", "", tok(zeroToken)...)},
+		},
 		"get /healthz": {
 			{200, req(admin, "GET", "/healthz", "")},
 			{431, req(admin, "GET", "/healthz", "", bigHeader...)},
@@ -470,13 +532,15 @@ func documentedStatuses(t *testing.T) map[string][]int {
 // not answer 503 (so the spec lists none for them): the heartbeat keeps
 // the lease and answers the valid_until already promised, the release ends
 // the lease (the keys lapse), the stream follows the lease. The same
-// holds for a semaphore's permit and a read/write lock's reader.
+// holds for a semaphore's permit, a read/write lock's reader and a lock
+// set.
 func TestHeartbeatReleaseAndEventsWithMastersDownAreNot503(t *testing.T) {
 	b := newStatusBench(t)
 	api := b.api(b.manager(lease.Config{}))
 	token := acquireToken(t, api, "down/held")
 	permit := takeToken(t, api, "/semaphores/down/held?permits=2")
 	reader := takeToken(t, api, "/rwlocks/down/held?mode=shared")
+	set := takeToken(t, api, "/locksets/down/set/a,down/set/b")
 	for _, n := range b.nodes {
 		n.SetDown(true)
 	}
@@ -493,6 +557,9 @@ func TestHeartbeatReleaseAndEventsWithMastersDownAreNot503(t *testing.T) {
 		{"PUT", "/rwlocks/down/held", reader, 200},
 		{"GET", "/rwlocks/down/held/events", reader, 200},
 		{"DELETE", "/rwlocks/down/held", reader, 204},
+		{"PUT", "/locksets/down/set/b,down/set/a", set, 200},
+		{"GET", "/locksets/down/set/a,down/set/b/events", set, 200},
+		{"DELETE", "/locksets/down/set/a,down/set/b", set, 204},
 	} {
 		if got := answer(t, api, c.method, c.path, "", "Lock-Token", c.token); got != c.want {
 			t.Errorf("%s %s with every master down: %d, want %d", c.method, c.path, got, c.want)

@@ -16,18 +16,31 @@ import (
 type leaseKind struct {
 	prefix string // "/locks/"
 	query  string // "", "permits=2&" or "mode=shared&"
+	// set: a lock set, which shares the locks' space; a test's name
+	// stands for two locks of its own, <name>/a and <name>/b.
+	set bool
 }
 
 var (
 	lockKind      = leaseKind{prefix: "/locks/"}
 	semaphoreKind = leaseKind{prefix: "/semaphores/", query: "permits=2&"}
 	rwlockKind    = leaseKind{prefix: "/rwlocks/", query: "mode=shared&"}
-	kinds         = []leaseKind{lockKind, semaphoreKind, rwlockKind}
+	locksetKind   = leaseKind{prefix: "/locksets/", set: true}
+	kinds         = []leaseKind{lockKind, semaphoreKind, rwlockKind, locksetKind}
 )
+
+// path is the path of name, of a set the two locks it stands for (named
+// out of order: the sidecar sorts them).
+func (k leaseKind) path(name string) string {
+	if k.set {
+		return k.prefix + name + "/b," + name + "/a"
+	}
+	return k.prefix + name
+}
 
 // acquire is the path of an acquisition of name with the given query.
 func (k leaseKind) acquire(name, query string) string {
-	return k.prefix + name + "?" + k.query + query
+	return k.path(name) + "?" + k.query + query
 }
 
 // exerciseSemaphoreLifecycle takes, inspects, lists, extends and releases
@@ -105,6 +118,53 @@ func exerciseRWLockLifecycle(t *testing.T, api *caller) {
 	api.expect(http.StatusNoContent, "", "DELETE", "/rwlocks/spec/idem", hdr{"Lock-Token": idem.field("token")}, "")
 }
 
+// exerciseLockSetLifecycle takes a set, is refused a set that overlaps
+// it (409 lock_held with Retry-After) and one that changed while it was
+// taken (409 set_changed), inspects and lists it and one of its locks,
+// extends and releases it by its names in other orders; and replays an
+// acquisition by its Idempotency-Key.
+func exerciseLockSetLifecycle(t *testing.T, api *caller) {
+	api.expect(http.StatusOK, "", "GET", "/locksets", nil, "")
+	set := api.require(http.StatusOK, "POST", "/locksets/spec/set/b,spec/set/a?ttl=10s&owner=one", nil, "")
+	if set.field("name") != "spec/set/a,spec/set/b" || !strings.Contains(string(set.body), `"locks":[{"name":"spec/set/a"`) {
+		t.Errorf("a set's lease: %s", set.body)
+	}
+	held := api.expect(http.StatusConflict, "lock_held", "POST", "/locksets/spec/set/c,spec/set/b", nil, `{"ttl":"10s","owner":"two"}`)
+	if held.header.Get("Retry-After") == "" {
+		t.Error("409 lock_held of a lock set without Retry-After")
+	}
+	if status := api.expect(http.StatusOK, "", "GET", "/locksets/spec/set/c,spec/set/a,spec/set/b", nil, ""); !strings.Contains(string(status.body), `"held":2`) {
+		t.Errorf("a set of three with two held, inspected: %s", status.body)
+	}
+	if lock := api.expect(http.StatusOK, "", "GET", "/locks/spec/set/a", nil, ""); !strings.Contains(string(lock.body), `"owner":"one"`) {
+		t.Errorf("a lock of a held set, inspected: %s", lock.body)
+	}
+	api.expect(http.StatusOK, "", "GET", "/locksets", nil, "")
+	tok := hdr{"Lock-Token": set.field("token")}
+	api.expect(http.StatusOK, "", "PUT", "/locksets/spec/set/a,spec/set/b", tok, "")
+	api.expect(http.StatusOK, "", "PUT", "/locksets/spec/set/b,spec/set/a", nil, `{"token":"`+set.field("token")+`","ttl":"20s"}`)
+	api.expect(http.StatusNoContent, "", "DELETE", "/locksets/spec/set/b,spec/set/a", tok, "")
+	api.expect(http.StatusGone, "lease_gone", "DELETE", "/locksets/spec/set/a,spec/set/b", tok, "")
+	api.expect(http.StatusGone, "lease_gone", "PUT", "/locksets/spec/set/a,spec/set/b", tok, "")
+	api.expect(http.StatusGone, "lease_gone", "GET", "/locksets/spec/set/a,spec/set/b/events", tok, "")
+	api.expect(http.StatusNoContent, "", "GET", "/locksets/spec/set/a,spec/set/b/events", hdr{"Lock-Token": set.field("token"), "Last-Event-ID": "3"}, "")
+	api.expect(http.StatusNoContent, "", "POST", "/locksets/spec/set/a,spec/set/b?hold=true", hdr{"Last-Event-ID": "1"}, "")
+
+	key := hdr{"Idempotency-Key": "spec-harness-key-0004"}
+	idem := api.require(http.StatusOK, "POST", "/locksets/spec/idem/a,spec/idem/b?ttl=10s", key, "")
+	if again := api.expect(http.StatusOK, "", "POST", "/locksets/spec/idem/b,spec/idem/a?ttl=10s", key, ""); again.field("token") != idem.field("token") {
+		t.Errorf("an idempotent retry of a set: %s, first %s", again.body, idem.body)
+	}
+	api.expect(http.StatusUnprocessableEntity, "idempotency_mismatch", "POST", "/locksets/spec/idem/a,spec/idem/b?ttl=20s", key, "")
+	api.expect(http.StatusNoContent, "", "DELETE", "/locksets/spec/idem/a,spec/idem/b", hdr{"Lock-Token": idem.field("token")}, "")
+	// The key of a single lock finds that lock, with its own token, among
+	// the set's: the set changed while it was taken.
+	single := hdr{"Idempotency-Key": "spec-harness-key-0005"}
+	api.require(http.StatusOK, "POST", "/locks/spec/changed/b?ttl=10s", single, "")
+	api.expect(http.StatusConflict, "set_changed", "POST", "/locksets/spec/changed/a,spec/changed/b?ttl=10s", single, "")
+	api.expect(http.StatusOK, "", "GET", "/locksets", nil, "")
+}
+
 // exerciseKindsBadInput provokes the new kinds' 400 codes and their 413s.
 func exerciseKindsBadInput(t *testing.T, api *caller) {
 	tok := hdr{"Lock-Token": strings.Repeat("0", 32)}
@@ -143,6 +203,21 @@ func exerciseKindsBadInput(t *testing.T, api *caller) {
 		{"missing_token", "DELETE", "/rwlocks/spec/bad"},
 		{"missing_token", "GET", "/rwlocks/spec/bad/events"},
 		{"invalid_token", "PUT", "/rwlocks/spec/bad?token=xyz"},
+		{"invalid_name", "POST", "/locksets/spec/a,spec/a"},
+		{"invalid_name", "POST", "/locksets/spec/a,,spec/b"},
+		{"invalid_name", "PUT", "/locksets/0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16"},
+		{"invalid_name", "DELETE", "/locksets/spec/a,spec/../b"},
+		{"invalid_name", "GET", "/locksets/spec/a,spec%252Fb"},
+		{"invalid_name", "GET", "/locksets/spec/a,spec/a/events"},
+		{"invalid_permits", "POST", "/locksets/spec/a,spec/b?permits=2"},
+		{"invalid_mode", "POST", "/locksets/spec/a,spec/b?mode=shared"},
+		{"invalid_ttl", "POST", "/locksets/spec/a,spec/b?ttl=soon"},
+		{"invalid_query", "POST", "/locksets/spec/a,spec/b?colour=red"},
+		{"invalid_query", "GET", "/locksets/spec/a,spec/b?watch=true"},
+		{"missing_token", "PUT", "/locksets/spec/a,spec/b"},
+		{"missing_token", "DELETE", "/locksets/spec/a,spec/b"},
+		{"missing_token", "GET", "/locksets/spec/a,spec/b/events"},
+		{"invalid_token", "PUT", "/locksets/spec/a,spec/b?token=xyz"},
 	} {
 		api.expect(http.StatusBadRequest, bad.code, bad.method, bad.path, nil, "")
 	}
@@ -155,9 +230,11 @@ func exerciseKindsBadInput(t *testing.T, api *caller) {
 	for _, method := range []string{"POST", "PUT", "DELETE"} {
 		api.expect(http.StatusRequestEntityTooLarge, "body_too_large", method, "/semaphores/spec/big?permits=2", tok, big)
 		api.expect(http.StatusRequestEntityTooLarge, "body_too_large", method, "/rwlocks/spec/big?mode=shared", tok, big)
+		api.expect(http.StatusRequestEntityTooLarge, "body_too_large", method, "/locksets/spec/big/a,spec/big/b", tok, big)
 	}
 	api.expect(http.StatusRequestEntityTooLarge, "body_too_large", "GET", "/semaphores/spec/big/events", tok, big)
 	api.expect(http.StatusRequestEntityTooLarge, "body_too_large", "GET", "/rwlocks/spec/big/events", tok, big)
+	api.expect(http.StatusRequestEntityTooLarge, "body_too_large", "GET", "/locksets/spec/big/a,spec/big/b/events", tok, big)
 }
 
 // exerciseStreamsOf opens every kind of lease stream of k at once and
@@ -170,16 +247,16 @@ func exerciseStreamsOf(t *testing.T, api *caller, k leaseKind) {
 	capped, _ := api.stream("POST", k.acquire("spec/streams/capped", "hold=true&ttl=3s&max_hold=3s"), nil)
 	released, _ := api.stream("POST", k.acquire("spec/streams/released", "hold=true&ttl=30s"), nil)
 	lapsing := api.require(http.StatusOK, "POST", k.acquire("spec/streams/lapsing", "ttl=2s"), nil, "")
-	lapsingEvents, _ := api.stream("GET", k.prefix+"spec/streams/lapsing/events", hdr{"Lock-Token": lapsing.field("token")})
+	lapsingEvents, _ := api.stream("GET", k.path("spec/streams/lapsing")+"/events", hdr{"Lock-Token": lapsing.field("token")})
 	renewing := api.require(http.StatusOK, "POST", k.acquire("spec/streams/renewing", "ttl=30s"), nil, "")
-	renewingEvents, _ := api.stream("GET", k.prefix+"spec/streams/renewing/events", hdr{"Lock-Token": renewing.field("token")})
+	renewingEvents, _ := api.stream("GET", k.path("spec/streams/renewing")+"/events", hdr{"Lock-Token": renewing.field("token")})
 
 	ev := nextEvent(t, released, 10*time.Second)
 	var lease struct{ Token string }
 	if err := json.Unmarshal([]byte(ev.data), &lease); ev.name != "acquired" || err != nil {
 		t.Fatalf("%s: a held stream opened with %s %s", k.prefix, ev.name, ev.data)
 	}
-	api.expect(http.StatusNoContent, "", "DELETE", k.prefix+"spec/streams/released", hdr{"Lock-Token": lease.Token}, "")
+	api.expect(http.StatusNoContent, "", "DELETE", k.path("spec/streams/released"), hdr{"Lock-Token": lease.Token}, "")
 	waitForEvent(t, released, "released", 10*time.Second)
 
 	if ev := nextEvent(t, capped, 10*time.Second); ev.name != "acquired" {
@@ -193,7 +270,7 @@ func exerciseStreamsOf(t *testing.T, api *caller, k leaseKind) {
 		t.Errorf("%s: the events stream ended with %s, want reason expired", k.prefix, ev.data)
 	}
 	waitForEvent(t, renewingEvents, "renewed", 10*time.Second)
-	api.expect(http.StatusNoContent, "", "DELETE", k.prefix+"spec/streams/renewing", hdr{"Lock-Token": renewing.field("token")}, "")
+	api.expect(http.StatusNoContent, "", "DELETE", k.path("spec/streams/renewing"), hdr{"Lock-Token": renewing.field("token")}, "")
 	waitForEvent(t, renewingEvents, "released", 10*time.Second)
 }
 

@@ -45,6 +45,7 @@ func TestRealAnswersMatchTheSpec(t *testing.T) {
 		{"lifecycle", func(t *testing.T) { exerciseLifecycle(t, api) }},
 		{"semaphores", func(t *testing.T) { exerciseSemaphoreLifecycle(t, api) }},
 		{"rwlocks", func(t *testing.T) { exerciseRWLockLifecycle(t, api) }},
+		{"locksets", func(t *testing.T) { exerciseLockSetLifecycle(t, api) }},
 		{"bad input", func(t *testing.T) { exerciseBadInput(t, api); exerciseKindsBadInput(t, api) }},
 		{"streams", func(t *testing.T) { exerciseStreams(t, api) }},
 		{"watch", func(t *testing.T) { exerciseWatch(t, api) }},
@@ -146,11 +147,11 @@ func exerciseBadInput(t *testing.T, api *caller) {
 	api.expect(http.StatusUnprocessableEntity, "idempotency_mismatch", "POST", "/locks/spec/idem?ttl=20s", key, "")
 	api.expect(http.StatusNoContent, "", "DELETE", "/locks/spec/idem", hdr{"Lock-Token": first.field("token")}, "")
 
-	// GET /locks, /semaphores and /rwlocks take no input: ambiguous
-	// framing is their only 400.
+	// GET /locks, /semaphores, /rwlocks and /locksets take no input:
+	// ambiguous framing is their only 400.
 	for _, target := range []struct{ method, path string }{
 		{"POST", "/locks/smuggled"}, {"GET", "/locks"}, {"POST", "/semaphores/smuggled?permits=2"}, {"GET", "/semaphores"},
-		{"POST", "/rwlocks/smuggled?mode=shared"}, {"GET", "/rwlocks"},
+		{"POST", "/rwlocks/smuggled?mode=shared"}, {"GET", "/rwlocks"}, {"POST", "/locksets/smuggled/a,smuggled/b"}, {"GET", "/locksets"},
 	} {
 		req, _ := http.NewRequest(target.method, api.base+target.path, nil)
 		r := raw(t, api.base, target.method+" "+target.path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", req)
@@ -179,6 +180,8 @@ func exerciseRouter(t *testing.T, api, admin *caller) {
 	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "POST", "/semaphores", nil, "")
 	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "PATCH", "/rwlocks/spec/x", nil, "")
 	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "POST", "/rwlocks", nil, "")
+	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "PATCH", "/locksets/spec/x,spec/y", nil, "")
+	api.expect(http.StatusMethodNotAllowed, "method_not_allowed", "POST", "/locksets", nil, "")
 	admin.expect(http.StatusNotFound, "not_found", "GET", "/locks", nil, "")
 	admin.expect(http.StatusMethodNotAllowed, "method_not_allowed", "POST", "/healthz", nil, "")
 }
@@ -205,6 +208,8 @@ func exerciseAuthAndLimits(t *testing.T, b, bAdmin *caller) {
 		{"GET", "/semaphores/spec/b?permits=2"}, {"GET", "/semaphores/spec/b/events"},
 		{"GET", "/rwlocks"}, {"POST", "/rwlocks/spec/b?mode=shared"}, {"PUT", "/rwlocks/spec/b"}, {"DELETE", "/rwlocks/spec/b"},
 		{"GET", "/rwlocks/spec/b"}, {"GET", "/rwlocks/spec/b/events"},
+		{"GET", "/locksets"}, {"POST", "/locksets/spec/b,spec/c"}, {"PUT", "/locksets/spec/b,spec/c"}, {"DELETE", "/locksets/spec/b,spec/c"},
+		{"GET", "/locksets/spec/b,spec/c"}, {"GET", "/locksets/spec/b,spec/c/events"},
 	} {
 		r := anon.expect(http.StatusUnauthorized, "unauthorized", op.method, op.path, tok, "")
 		if r.header.Get("WWW-Authenticate") == "" {
@@ -216,6 +221,7 @@ func exerciseAuthAndLimits(t *testing.T, b, bAdmin *caller) {
 	b.expect(http.StatusTooManyRequests, "too_many_locks", "POST", "/locks/spec/b/two?ttl=30s", nil, "")
 	b.expect(http.StatusTooManyRequests, "too_many_locks", "POST", "/semaphores/spec/b/two?permits=2&ttl=30s", nil, "")
 	b.expect(http.StatusTooManyRequests, "too_many_locks", "POST", "/rwlocks/spec/b/two?mode=shared&ttl=30s", nil, "")
+	b.expect(http.StatusTooManyRequests, "too_many_locks", "POST", "/locksets/spec/b/two,spec/b/three?ttl=30s", nil, "")
 
 	// One waiter fills SIDELOCK_MAX_WAITERS=1; once it waits, the next is refused.
 	waiter := make(chan reply, 1)
@@ -250,7 +256,7 @@ func exerciseShutdown(t *testing.T, side *sidecar, b, bAdmin *caller) {
 }
 
 // exerciseNoQuorum kills two of the three masters under live leases, of
-// locks, permits and readers, and a watch: the lease streams warn (expiring)
+// locks, permits, readers and lock sets, and a watch: the lease streams warn (expiring)
 // and end (lost), the watch says unavailable, acquire and inspect answer
 // 503, and /readyz turns 503. PUT and DELETE are logged, not asserted: a
 // heartbeat that cannot confirm on a quorum answers 200 with the earlier
@@ -268,7 +274,7 @@ func exerciseNoQuorum(t *testing.T, api, admin *caller, masters []*redistest.Ser
 		nextEvent(t, hold, 10*time.Second) // acquired
 		lease := api.require(http.StatusOK, "POST", k.acquire("spec/nq/beat", "ttl=30s"), nil, "")
 		token := hdr{"Lock-Token": lease.field("token")}
-		events, _ := api.stream("GET", k.prefix+"spec/nq/beat/events", token)
+		events, _ := api.stream("GET", k.path("spec/nq/beat")+"/events", token)
 		all = append(all, leaseStreams{k, hold, events, token})
 	}
 	watch, _ := api.stream("GET", "/locks/spec/nq/held?watch=true", nil)
@@ -277,20 +283,21 @@ func exerciseNoQuorum(t *testing.T, api, admin *caller, masters []*redistest.Ser
 	masters[0].Kill()
 	masters[1].Kill()
 	for _, s := range all {
-		put := api.do("PUT", s.k.prefix+"spec/nq/beat", s.token, "")
+		put := api.do("PUT", s.k.path("spec/nq/beat"), s.token, "")
 		t.Logf("PUT %s without a quorum: %d %s", s.k.prefix, put.status, put.problemCode())
 		api.expect(http.StatusServiceUnavailable, "no_quorum", "POST", s.k.acquire("spec/nq/other", ""), nil, "")
 	}
 	api.expect(http.StatusServiceUnavailable, "no_quorum", "GET", "/locks/spec/nq/other", nil, "")
 	api.expect(http.StatusServiceUnavailable, "no_quorum", "GET", "/semaphores/spec/nq/other?permits=2", nil, "")
 	api.expect(http.StatusServiceUnavailable, "no_quorum", "GET", "/rwlocks/spec/nq/other", nil, "")
+	api.expect(http.StatusServiceUnavailable, "no_quorum", "GET", locksetKind.path("spec/nq/other"), nil, "")
 	waitForEvent(t, watch, "unavailable", 15*time.Second)
 	for _, s := range all {
 		for _, stream := range []*sseReader{s.hold, s.events} {
 			waitForEvent(t, stream, "expiring", 15*time.Second)
 			waitForEvent(t, stream, "lost", 15*time.Second)
 		}
-		del := api.do("DELETE", s.k.prefix+"spec/nq/beat", s.token, "")
+		del := api.do("DELETE", s.k.path("spec/nq/beat"), s.token, "")
 		t.Logf("DELETE %s of a lost lease without a quorum: %d %s", s.k.prefix, del.status, del.problemCode())
 	}
 

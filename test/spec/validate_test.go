@@ -97,15 +97,24 @@ func (c *checker) report(t *testing.T) {
 	c.failures = nil
 }
 
-// namedPrefixes are the lock API's paths that name a lock, a semaphore or
-// a read/write lock (httpapi/kinds.go).
-var namedPrefixes = []string{"/locks", "/semaphores", "/rwlocks"}
+// namedPrefixes are the lock API's paths that name a lock, a semaphore,
+// a read/write lock or a lock set (httpapi/kinds.go).
+var namedPrefixes = []string{"/locks", "/semaphores", "/rwlocks", "/locksets"}
+
+// pathParam is the spec's parameter for the rest of a path after prefix:
+// a lock set's names, or one name.
+func pathParam(prefix string) string {
+	if prefix == "/locksets" {
+		return "names"
+	}
+	return "name"
+}
 
 // route finds the spec's operation for a request the way the sidecar's
 // router does (httpapi/routes.go): a name of any kind may hold '/', so it
-// is the rest of the path after /locks/, /semaphores/ or /rwlocks/, and a
-// GET whose last segment is "events" is the event stream. The admin
-// listener's paths are exact.
+// is the rest of the path after /locks/, /semaphores/ or /rwlocks/ (a lock
+// set's names after /locksets/), and a GET whose last segment is "events"
+// is the event stream. The admin listener's paths are exact.
 func (c *checker) route(l listener, r *http.Request) (tmpl string, params map[string]string) {
 	path := r.URL.EscapedPath()
 	if l == adminAPI {
@@ -113,13 +122,14 @@ func (c *checker) route(l listener, r *http.Request) (tmpl string, params map[st
 	}
 	for _, prefix := range namedPrefixes {
 		rest, ok := strings.CutPrefix(path, prefix+"/")
+		param := pathParam(prefix)
 		switch {
 		case !ok:
 			continue
 		case r.Method == http.MethodGet && strings.HasSuffix(rest, "/events"):
-			return prefix + "/{name}/events", map[string]string{"name": strings.TrimSuffix(rest, "/events")}
+			return prefix + "/{" + param + "}/events", map[string]string{param: strings.TrimSuffix(rest, "/events")}
 		default:
-			return prefix + "/{name}", map[string]string{"name": rest}
+			return prefix + "/{" + param + "}", map[string]string{param: rest}
 		}
 	}
 	return path, nil
