@@ -11,7 +11,10 @@ import (
 
 // BenchmarkKinds is one caller's uncontended grant and release of each kind
 // of lease over HTTP on 3 masters, fencing on as shipped: the exclusive
-// lock beside a semaphore's permit (N slots, see internal/lease/semaphore.go).
+// lock beside a semaphore's permit (N slots, see internal/lease/semaphore.go),
+// a read/write lock's reader and writer (one round each; the writer's
+// second round commits its fence, as a lock's does) and a set of three
+// locks (three locks' rounds, one after the other).
 // A permit of a free semaphore costs one round, as a lock does, whatever
 // N; one whose other slots are held elsewhere costs a round per slot
 // tried (on average about half of them, from a random start).
@@ -26,6 +29,15 @@ func BenchmarkKinds(b *testing.B) {
 			grantRelease(b, srv, func(i int) string { return fmt.Sprintf("/semaphores/s%d/%d?permits=%d", permits, i%1024, permits) })
 		})
 	}
+	b.Run("rwlock-shared", func(b *testing.B) {
+		grantRelease(b, srv, func(i int) string { return fmt.Sprintf("/rwlocks/r/%d?mode=shared", i%1024) })
+	})
+	b.Run("rwlock-exclusive", func(b *testing.B) {
+		grantRelease(b, srv, func(i int) string { return fmt.Sprintf("/rwlocks/w/%d?mode=exclusive", i%1024) })
+	})
+	b.Run("lockset-3", func(b *testing.B) {
+		grantRelease(b, srv, func(i int) string { return fmt.Sprintf("/locksets/a/%d,b/%d,c/%d", i%1024, i%1024, i%1024) })
+	})
 	b.Run("semaphore-permits=8-7-held-elsewhere", func(b *testing.B) {
 		// A name of its own per run: a sidecar closed at the end of a run
 		// leaves its permits' keys to lapse, as at any shutdown.
