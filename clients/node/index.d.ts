@@ -11,7 +11,17 @@ export type Duration = string | number;
 /** A read/write lock's side: one of many readers, or the one writer. */
 export type Mode = "shared" | "exclusive";
 
-/** A granted lock. Act on it only before validUntil. */
+/** One lock of a granted lock set, with its own fence and validity. */
+export interface SetLock {
+  name: string;
+  /** Pass it to what you write under this lock's name (docs/fencing.md). */
+  fence: number;
+  validUntil: Date;
+}
+
+/** A granted lock. Act on it only before validUntil. A lock set's lease is named by the set's canonical name (its
+ * names sorted, joined by ","), is valid until the earliest of its locks', has no fence of its own (0) and lists its
+ * locks. */
 export interface Lease {
   name: string;
   /** 32 hex characters: the capability to extend and release. */
@@ -34,6 +44,8 @@ export interface Lease {
   slot?: number;
   /** A read/write lock's read or write (undefined for a lock or a permit); a writer's fence orders the writers. */
   mode?: Mode;
+  /** A lock set's locks, in canonical order (undefined for anything else). */
+  locks?: SetLock[];
 }
 
 /** Who holds a lock, read from the masters (never the token). */
@@ -72,6 +84,17 @@ export interface RWLockStatus {
   /** A writer's intent bars new readers. */
   writerWaiting: boolean;
 }
+
+/** Who holds the locks of a set: each lock as inspect() answers it, in canonical order, and how many are held (by the
+ * set or by anyone). */
+export interface LockSetStatus {
+  name: string;
+  locks: Status[];
+  held: number;
+}
+
+/** A lock set's names: an array of lock names, or one string of them joined by "," ("a,b"); any order. */
+export type Names = string | readonly string[];
 
 /** One event of a watched lock. */
 export interface Change {
@@ -116,9 +139,12 @@ export declare class SidelockError extends Error {
   readonly retryAfterMs: number | undefined;
   readonly problem: Problem | Record<string, unknown>;
 }
-/** 409 lock_held: another owner holds the lock (after any wait), all of a semaphore's permits are held, or the other
- * side holds a read/write lock (or, for a reader, a writer waits). */
+/** 409 lock_held: another owner holds the lock (after any wait), all of a semaphore's permits are held, the other
+ * side holds a read/write lock (or, for a reader, a writer waits), or one of a lock set's locks is held. */
 export declare class LockHeld extends SidelockError {}
+/** 409 set_changed: a lock of the set ended while the set was being taken; none is held: the same call may be made
+ * again at once. */
+export declare class SetChanged extends SidelockError {}
 /** 409 permits_mismatch: this sidecar has holders or waiters of the semaphore with another permits. */
 export declare class PermitsMismatch extends SidelockError {}
 /** 410 lease_gone: this token no longer holds the lock. */
@@ -159,6 +185,8 @@ export declare function lockPath(name: string): string;
 export declare function semaphorePath(name: string): string;
 /** The URL path of a read/write lock, escaped as a lock's. */
 export declare function rwlockPath(name: string): string;
+/** The URL path of a lock set: each name escaped as a lock's, joined by ",". */
+export declare function lockSetPath(names: Names): string;
 /** One event of a watch as a Change. */
 export declare function parseChange(kind: string, data: Record<string, unknown>): Change;
 /** Events of a text/event-stream body; a retry field goes to onRetry. */
@@ -204,7 +232,7 @@ export interface CampaignOptions extends Omit<LockOptions, "hold" | "wait" | "ow
   wait?: Duration;
 }
 
-/** A lock (or a semaphore's permit, a read/write lock's read or write) kept alive until released. */
+/** A lock (or a lock set, a semaphore's permit, a read/write lock's read or write) kept alive until released. */
 export declare class KeptLock {
   /** The latest lease: validUntil moves with each renewal. */
   readonly lease: Lease;
@@ -217,6 +245,8 @@ export declare class KeptLock {
   readonly slot: number | undefined;
   /** A read/write lock's side (undefined for a lock or a permit). */
   readonly mode: Mode | undefined;
+  /** A lock set's locks, each with its fence (undefined for anything else); the set is lost whole when one ends. */
+  readonly locks: SetLock[] | undefined;
   readonly validUntil: Date;
   /** Aborts, with a LockLost, when the lock is lost (not when released). */
   readonly signal: AbortSignal;
@@ -277,6 +307,20 @@ export declare class Client {
   rwlock(name: string, mode: Mode, options?: LockOptions): Promise<KeptLock>;
   /** Run fn reading or writing the lock; released when fn settles. */
   withRWLock<T>(name: string, mode: Mode, options: LockOptions, fn: (lock: KeptLock) => T | Promise<T>): Promise<T>;
+
+  /** Take every lock of the set, all or nothing; rejects with LockHeld when one is still held after the wait,
+   * SetChanged when one ended while the set was being taken (none is held either way). */
+  acquireLockSet(names: Names, options?: AcquireOptions): Promise<Lease>;
+  /** The heartbeat of the whole set. */
+  extendLockSet(names: Names, token: string, options?: { ttl?: Duration; signal?: AbortSignal; timeoutMs?: number }): Promise<Lease>;
+  /** Give every lock of the set up; rejects with LeaseGone if the token no longer held it. */
+  releaseLockSet(names: Names, token: string, options?: { signal?: AbortSignal }): Promise<void>;
+  /** Who holds each lock of the set now. */
+  inspectLockSet(names: Names, options?: { signal?: AbortSignal }): Promise<LockSetStatus>;
+  /** Take every lock of the set and keep them alive until released. */
+  lockSet(names: Names, options?: LockOptions): Promise<KeptLock>;
+  /** Run fn holding every lock of the set; released when fn settles. */
+  withLockSet<T>(names: Names, options: LockOptions, fn: (set: KeptLock) => T | Promise<T>): Promise<T>;
 
   /** The changes of the lock, a "state" first, until signal aborts or the loop stops; reconnects a broken stream. */
   watch(name: string, options?: { signal?: AbortSignal }): AsyncGenerator<Change, void, void>;

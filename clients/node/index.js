@@ -30,8 +30,12 @@ export class SidelockError extends Error {
 }
 /** 409 lock_held: another owner holds the lock (after any wait); for a
  * semaphore, all its permits are held; for a read/write lock, the other
- * side holds it (or, for a reader, a writer waits). */
+ * side holds it (or, for a reader, a writer waits); for a lock set, one of
+ * its locks is held (and the set took none). */
 export class LockHeld extends SidelockError {}
+/** 409 set_changed: a lock of the set ended while the set was being taken;
+ * none of its locks is held, and the same call may be made again at once. */
+export class SetChanged extends SidelockError {}
 /** 409 permits_mismatch: this sidecar has holders or waiters of the
  * semaphore with another permits; every caller must name the same N. */
 export class PermitsMismatch extends SidelockError {}
@@ -66,6 +70,7 @@ export class LockLost extends Error {
 export const ERRORS_BY_CODE = Object.freeze({
   lock_held: LockHeld,
   permits_mismatch: PermitsMismatch,
+  set_changed: SetChanged,
   lease_gone: LeaseGone,
   no_quorum: NoQuorum,
   shutting_down: Unavailable,
@@ -144,6 +149,15 @@ export function rwlockPath(name) {
   return "/rwlocks/" + escapeName(name);
 }
 
+/** The URL path of a lock set: its lock names (an array, or one string
+ * "a,b"), each escaped as a lock's, joined by "," (which lock names cannot
+ * contain). The sidecar takes them in its own canonical (sorted) order, so
+ * any order names the same set. */
+export function lockSetPath(names) {
+  const list = typeof names === "string" ? names.split(",") : [...names];
+  return "/locksets/" + list.map(escapeName).join(",");
+}
+
 function escapeName(name) {
   if (name === "." || name === "..") throw new InvalidRequest("invalid_name", 0, `name ${JSON.stringify(name)} is a dot segment`);
   return encodeURIComponent(name);
@@ -183,6 +197,8 @@ function parseLease(b) {
     slot: b.slot,
     // A read/write lock's side: "shared" or "exclusive".
     mode: b.mode,
+    // A lock set's locks, in canonical order, each with its own fence.
+    locks: b.locks?.map((l) => ({ name: l.name, fence: l.fence ?? 0, validUntil: new Date(l.valid_until) })),
   };
 }
 
@@ -213,6 +229,10 @@ function parseRWLockStatus(b) {
     readerCount: b.reader_count ?? readers.length,
     writerWaiting: Boolean(b.writer_waiting),
   };
+}
+
+function parseLockSetStatus(b) {
+  return { name: b.name, locks: (b.locks ?? []).map(parseStatus), held: b.held ?? 0 };
 }
 
 /** One event of a watch as a change: held is true or false, or undefined
@@ -427,6 +447,49 @@ export class Client {
     return runHolding(await this.rwlock(name, mode, opts), fn);
   }
 
+  // Lock sets: several locks taken all or nothing under one lease (one
+  // token, one fence per lock), in the sidecar's canonical order, so that
+  // sets that overlap cannot deadlock. Each call is its lock counterpart
+  // with the set's names (an array, or "a,b"; any order).
+
+  /** Take every lock of the set, waiting up to opts.wait in all while any
+   * is held. Rejects with LockHeld when one is still held after the wait,
+   * SetChanged when one ended while the set was being taken; either way
+   * none is held. The lease is named by the set's canonical name, has no
+   * fence of its own and lists its locks, each with its fence; it is valid
+   * until the earliest of theirs. */
+  async acquireLockSet(names, opts = {}) {
+    return this._acquire(lockSetPath(names), acquireQuery(opts), opts);
+  }
+
+  /** The heartbeat of the whole set, as extend is a lock's. */
+  async extendLockSet(names, token, opts = {}) {
+    return this._extend(lockSetPath(names), token, opts);
+  }
+
+  /** Give every lock of the set up; rejects with LeaseGone if the token no longer held it. */
+  async releaseLockSet(names, token, opts = {}) {
+    return this._release(lockSetPath(names), token, opts);
+  }
+
+  /** Who holds each lock of the set now, read from the masters. */
+  async inspectLockSet(names, { signal } = {}) {
+    const res = await this.#call("GET", lockSetPath(names), undefined, {}, this.timeoutMs, signal);
+    return parseLockSetStatus(await res.json());
+  }
+
+  /** Take every lock of the set and keep them until released, exactly as
+   * lock() keeps a lock; the kept set has its locks (each with its fence),
+   * and is lost as a whole when any of them ends. */
+  async lockSet(names, opts = {}) {
+    return this.#keep(lockSetPath(names), opts);
+  }
+
+  /** Run fn(set) holding every lock of the set; released when fn settles. */
+  async withLockSet(names, opts, fn) {
+    return runHolding(await this.lockSet(names, opts), fn);
+  }
+
   // Watching a lock, and leader election: a lock whose owner names the leader.
 
   /**
@@ -500,7 +563,7 @@ export class Client {
     return status.held ? status.owner : undefined;
   }
 
-  // The calls above, by URL path: a lock's, a semaphore's or a read/write lock's.
+  // The calls above, by URL path: a lock's, a lock set's, a semaphore's or a read/write lock's.
 
   async _acquire(path, query, opts) {
     const headers = opts.idempotencyKey ? { "Idempotency-Key": opts.idempotencyKey } : {};
@@ -688,7 +751,7 @@ export class KeptLock {
 
   constructor(client, path, lease, onLost) {
     this.client = client;
-    this.path = path; // /locks/..., /semaphores/... or /rwlocks/...: where extend and release go
+    this.path = path; // /locks/..., /locksets/..., /semaphores/... or /rwlocks/...: where extend and release go
     this.lease = lease;
     this.#onLost = onLost;
   }
@@ -715,6 +778,11 @@ export class KeptLock {
   /** A read/write lock's side: "shared" or "exclusive" (undefined else). */
   get mode() {
     return this.lease.mode;
+  }
+  /** A lock set's locks, in canonical order, each with its own fence
+   * (undefined for anything else). */
+  get locks() {
+    return this.lease.locks;
   }
   /** Act on the lock only before this instant. */
   get validUntil() {

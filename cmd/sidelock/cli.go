@@ -95,11 +95,15 @@ func verbs() []verb {
 			about: "Runs the sidecar: the lock API on SIDELOCK_LISTEN_ADDR and /healthz, /readyz and /metrics on\n" +
 				"SIDELOCK_ADMIN_ADDR, over the Redis masters in SIDELOCK_REDIS_ADDRS, until SIGINT or SIGTERM.\n" +
 				"It is configured by the environment (below; docs/configuration.md has the same table)."},
-		{name: "exec", args: "NAME -- COMMAND [ARGS...]", summary: "run a command while holding a lock, a semaphore's permit, a read/write lock or the leadership", run: runExec,
+		{name: "exec", args: "NAME -- COMMAND [ARGS...]", summary: "run a command while holding a lock, a lock set, a semaphore's permit, a read/write lock or the leadership", run: runExec,
 			about: "Runs COMMAND while holding the lock NAME through the local sidecar, with SIDELOCK_LOCK_NAME,\n" +
 				"SIDELOCK_TOKEN and SIDELOCK_FENCE in its environment. The lock is released only once the\n" +
 				"command and every process it started in its group are dead. If the lock is lost, the command\n" +
 				"gets SIGTERM, then SIGKILL after --grace or just before the lock's valid_until.\n" +
+				"A NAME with commas (a,b,c) is a lock set: exec holds all of its locks at once, all or nothing,\n" +
+				"taken in sorted order (sets that overlap cannot deadlock), and the command is stopped if any\n" +
+				"of them ends; SIDELOCK_LOCK_NAME is the set's sorted name, and SIDELOCK_FENCES=name=fence,...\n" +
+				"replaces SIDELOCK_FENCE. A lock set takes no --permits, --mode or --leader.\n" +
 				"With --permits N it holds one of the N permits of the semaphore NAME instead (SIDELOCK_SLOT\n" +
 				"says which slot; the fence orders that slot's holders). With --mode shared|exclusive it holds\n" +
 				"the read/write lock NAME as a reader or the writer (SIDELOCK_MODE; a reader also gets\n" +
@@ -108,10 +112,10 @@ func verbs() []verb {
 				"default the hostname) names the leader, the fence is its term.",
 			exits: []exitRow{
 				{"the command's", "the command ran holding the lock (128+n if signal n ended it)"},
-				{fmt.Sprint(exitNotAcquired), "the lock (a permit) was not acquired within --wait, or a signal came first"},
+				{fmt.Sprint(exitNotAcquired), "the lock (a permit, a lock set) was not acquired within --wait, or a signal came first"},
 				{fmt.Sprint(exitLockLost), "the lock ended while the command ran; the command was stopped"},
 				{fmt.Sprint(exitUnavailable), "the sidecar could not be reached or refused the request"},
-				{fmt.Sprint(exitUsage), "usage error (unknown flag, missing or invalid NAME, a value the sidecar refused, permits mismatch)"},
+				{fmt.Sprint(exitUsage), "usage error (unknown flag, missing or invalid NAME or lock set, a value the sidecar refused, permits mismatch)"},
 				{fmt.Sprintf("%d / %d", exitCannotRun, exitNotFound), "the command could not be run / was not found"},
 			}},
 		{name: "lock", args: "NAME", summary: "hold a lock until interrupted", run: runLock,

@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,6 +26,7 @@ type execOptions struct {
 	mode    client.Mode // != "": hold the read/write lock NAME in this mode instead of the lock
 	leader  bool        // campaign for the lock NAME until elected
 	name    string
+	set     []string // a lock set's names in canonical order, when NAME names one
 	argv    []string
 }
 
@@ -47,7 +50,7 @@ func parseExec(args []string, getenv func(string) string, stdout io.Writer) (exe
 		return o, usageError("exec", "exec needs NAME -- COMMAND [ARGS...]")
 	}
 	o.name, o.argv = rest[0], rest[2:]
-	if err := checkName("exec", o.name); err != nil {
+	if err := o.parseName(); err != nil {
 		return o, err
 	}
 	defaultOwner(&o.opts)
@@ -76,6 +79,29 @@ func checkExecMode(o execOptions, permitsSet, modeSet bool) error {
 	return nil
 }
 
+// parseName reads NAME: a lock set's names when it holds a "," (which
+// lock names cannot), else one name. A set is exclusive locks only, taken
+// now: no permits, no mode, no campaign.
+func (o *execOptions) parseName() error {
+	if !strings.Contains(o.name, ",") {
+		return checkName("exec", o.name)
+	}
+	names, err := lease.SetNames(o.name)
+	if err != nil {
+		return usageError("exec", "lock set %q: %v", o.name, err)
+	}
+	switch {
+	case o.permits > 0:
+		return usageError("exec", "--permits and a lock set (NAME %q) exclude each other: a set holds locks", o.name)
+	case o.mode != "":
+		return usageError("exec", "--mode and a lock set (NAME %q) exclude each other: a set holds locks", o.name)
+	case o.leader:
+		return usageError("exec", "--leader and a lock set (NAME %q) exclude each other: a leader holds one lock", o.name)
+	}
+	o.set = names
+	return nil
+}
+
 // runExec holds the lock for as long as the command runs. The command
 // runs under a guard process (see exec_guard.go) that shares the lock's
 // connection, so that the lock outlives exec, however exec ends, until
@@ -98,20 +124,41 @@ func runExec(ctx context.Context, args []string, getenv func(string) string, std
 	// between its start and the supervision; forwarded once it runs.
 	signals, stopSignals := notifyForwarded()
 	defer stopSignals()
-	cmd := guardCommand(o.argv, holdConn, commandEnv(held.Lease), stdout, stderr)
+	cmd := guardCommand(o.argv, holdConn, commandEnv(held.Lease, held.locks), stdout, stderr)
 	exited, err := startOnLockedThread(cmd)
 	_ = holdConn.Close() // the guard has its own copy now
 	if err != nil {
 		return exitWith(exitCannotRun, "starting the command's guard: %v", err)
 	}
 	group := commandGroup{pgid: cmd.Process.Pid, exited: exited}
-	return superviseCommand(group, signals, held, o.grace, stderr)
+	return superviseCommand(group, signals, held.Held, o.grace, stderr)
+}
+
+// heldLease is what exec holds over one connection, with a lock set's
+// locks (in canonical order; none for anything else).
+type heldLease struct {
+	*client.Held
+	locks []client.SetLock
 }
 
 // acquire holds what the command runs under, over one connection: the
-// lock, a semaphore's permit, a read/write lock's read or write, or the
-// lock once elected its leader.
-func (o execOptions) acquire(ctx context.Context, c *client.Client) (*client.Held, error) {
+// lock, a lock set, a semaphore's permit, a read/write lock's read or
+// write, or the lock once elected its leader.
+func (o execOptions) acquire(ctx context.Context, c *client.Client) (heldLease, error) {
+	if len(o.set) > 0 {
+		set, err := c.HoldLockSet(ctx, o.set, o.opts)
+		if err != nil {
+			return heldLease{}, err
+		}
+		return heldLease{Held: set.Held, locks: set.Locks}, nil
+	}
+	held, err := o.acquireOne(ctx, c)
+	return heldLease{Held: held}, err
+}
+
+// acquireOne holds one name: its lock, permit, read or write, or its
+// leadership.
+func (o execOptions) acquireOne(ctx context.Context, c *client.Client) (*client.Held, error) {
 	switch {
 	case o.leader:
 		return c.Campaign(ctx, o.name, o.opts)
@@ -124,12 +171,16 @@ func (o execOptions) acquire(ctx context.Context, c *client.Client) (*client.Hel
 	}
 }
 
-// acquireFailed is acquireFailed with a semaphore's or a read/write
-// lock's words: not admitted (75), or a semaphore's callers that disagree
-// on its number of permits (64).
+// acquireFailed is acquireFailed with a lock set's, a semaphore's or a
+// read/write lock's words: not acquired or admitted (75), or a
+// semaphore's callers that disagree on its number of permits (64).
 func (o execOptions) acquireFailed(ctx context.Context, err error) error {
 	switch {
-	case o.permits == 0 && o.mode == "" || ctx.Err() != nil:
+	case ctx.Err() != nil:
+		return acquireFailed(ctx, "exec", o.name, o.opts, o.sidecar.api, err)
+	case len(o.set) > 0:
+		return o.setNotAcquired(ctx, err)
+	case o.permits == 0 && o.mode == "":
 		return acquireFailed(ctx, "exec", o.name, o.opts, o.sidecar.api, err)
 	case errors.Is(err, client.ErrPermitsMismatch):
 		return usageError("exec", "semaphore %q is held or awaited on this sidecar with another number of permits than %d", o.name, o.permits)
@@ -158,14 +209,45 @@ func (o execOptions) notAdmitted() error {
 	return exitWith(exitNotAcquired, "%s %q within --wait %v", waited, o.name, o.opts.Wait)
 }
 
-// commandEnv is exec's environment and the lock's name, token and fence,
-// for a semaphore's permit or a reader its slot, and for a read/write
-// lock its mode.
-func commandEnv(l client.Lease) []string {
-	env := append(os.Environ(),
+// setNotAcquired says why a lock set was not acquired: one of its locks
+// held, at once or past --wait, or one ended while the set was being
+// taken (the sidecar released the others: trying again is safe).
+func (o execOptions) setNotAcquired(ctx context.Context, err error) error {
+	var apiErr *client.Error
+	switch {
+	case errors.Is(err, client.ErrLockHeld) && o.opts.Wait == 0:
+		return exitWith(exitNotAcquired, "a lock of lock set %q is held by another (try once: no --wait)", o.name)
+	case errors.Is(err, client.ErrLockHeld):
+		return exitWith(exitNotAcquired, "lock set %q not acquired within --wait %v", o.name, o.opts.Wait)
+	case errors.As(err, &apiErr) && apiErr.Code == codeSetChanged:
+		return exitWith(exitNotAcquired, "lock set %q: %s", o.name, apiErr.Detail)
+	default:
+		return acquireFailed(ctx, "exec", o.name, o.opts, o.sidecar.api, err)
+	}
+}
+
+// codeSetChanged is the sidecar's 409 when a lock of a set ended while the
+// set was being taken; none of its locks is held then.
+const codeSetChanged = "set_changed"
+
+// leaseVars are the variables exec gives the command. Inherited ones are
+// dropped first, so that a command under a nested exec never sees an
+// outer lease's fence, slot or mode beside its own lease.
+var leaseVars = []string{"SIDELOCK_LOCK_NAME", "SIDELOCK_TOKEN", "SIDELOCK_FENCE", "SIDELOCK_FENCES", "SIDELOCK_SLOT", "SIDELOCK_MODE"}
+
+// commandEnv is exec's environment and the lease's name and token; the
+// fence of a lock, or a lock set's fences (it has none of its own); for a
+// semaphore's permit or a reader its slot, and for a read/write lock its
+// mode.
+func commandEnv(l client.Lease, locks []client.SetLock) []string {
+	env := append(withoutLeaseVars(os.Environ()),
 		"SIDELOCK_LOCK_NAME="+l.Name,
-		"SIDELOCK_TOKEN="+l.Token,
-		"SIDELOCK_FENCE="+strconv.FormatInt(l.Fence, 10))
+		"SIDELOCK_TOKEN="+l.Token)
+	if len(locks) > 0 {
+		env = append(env, "SIDELOCK_FENCES="+setFences(locks))
+	} else {
+		env = append(env, "SIDELOCK_FENCE="+strconv.FormatInt(l.Fence, 10))
+	}
 	if l.Slot > 0 {
 		env = append(env, "SIDELOCK_SLOT="+strconv.Itoa(l.Slot))
 	}
@@ -173,6 +255,22 @@ func commandEnv(l client.Lease) []string {
 		env = append(env, "SIDELOCK_MODE="+string(l.Mode))
 	}
 	return env
+}
+
+func withoutLeaseVars(environ []string) []string {
+	return slices.DeleteFunc(environ, func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(leaseVars, k)
+	})
+}
+
+// setFences is "name=fence,name=fence", the set's locks in canonical order.
+func setFences(locks []client.SetLock) string {
+	fences := make([]string, len(locks))
+	for i, l := range locks {
+		fences[i] = l.Name + "=" + strconv.FormatInt(l.Fence, 10)
+	}
+	return strings.Join(fences, ",")
 }
 
 // commandGroup is the guard's process group, which the command and all it
@@ -204,7 +302,7 @@ const killLead = 100 * time.Millisecond
 // sweeps it too, unless it was killed itself), so that the lock is
 // released after, never before, the last process of the command died.
 func superviseCommand(group commandGroup, signals <-chan os.Signal, held *client.Held, grace time.Duration, stderr io.Writer) error {
-	s := supervisor{group: group, name: held.Lease.Name, grace: grace, stderr: stderr}
+	s := supervisor{group: group, name: held.Lease.Name, noun: leaseNoun(held.Lease.Name), grace: grace, stderr: stderr}
 	s.watch(held.Lease.ValidUntil)
 	defer s.stopTimers()
 	events := held.Events()
@@ -222,13 +320,13 @@ func superviseCommand(group commandGroup, signals <-chan os.Signal, held *client
 		case <-s.killC():
 			group.signal(syscall.SIGKILL)
 		case <-s.watchdogC():
-			fmt.Fprintf(stderr, "sidelock exec: lock %q not renewed by its valid_until; killing the command\n", s.name)
+			fmt.Fprintf(stderr, "sidelock exec: %s %q not renewed by its valid_until; killing the command\n", s.noun, s.name)
 			s.lost = true
 			group.signal(syscall.SIGKILL)
 		case err := <-group.exited:
 			sweepGroup(group.pgid)
 			if s.lost {
-				return exitWith(exitLockLost, "lock %q was lost while the command ran", s.name)
+				return exitWith(exitLockLost, "%s %q was lost while the command ran", s.noun, s.name)
 			}
 			return commandResult(err)
 		}
@@ -240,6 +338,7 @@ func superviseCommand(group commandGroup, signals <-chan os.Signal, held *client
 type supervisor struct {
 	group    commandGroup
 	name     string
+	noun     string // "lock", or "lock set"
 	grace    time.Duration
 	stderr   io.Writer
 	valid    time.Time   // the latest valid_until heard of
@@ -284,8 +383,8 @@ func (s *supervisor) stop(e client.Event, valid time.Time) {
 	if e.Kind == "expiring" {
 		what, why = "expiring", "renewals keep failing"
 	}
-	fmt.Fprintf(s.stderr, "sidelock exec: lock %q %s (%s); stopping the command, valid until %s\n",
-		s.name, what, why, valid.Format(time.RFC3339Nano))
+	fmt.Fprintf(s.stderr, "sidelock exec: %s %q %s (%s); stopping the command, valid until %s\n",
+		s.noun, s.name, what, why, valid.Format(time.RFC3339Nano))
 	s.group.signal(syscall.SIGTERM)
 	s.kill = time.NewTimer(min(s.grace, time.Until(valid.Add(-killLead))))
 }
@@ -310,6 +409,15 @@ func (s *supervisor) stopTimers() {
 			t.Stop()
 		}
 	}
+}
+
+// leaseNoun names what exec holds in its messages: a lock set's name
+// joins its locks' names with ",".
+func leaseNoun(name string) string {
+	if strings.Contains(name, ",") {
+		return "lock set"
+	}
+	return "lock"
 }
 
 func lostReason(e client.Event) string {

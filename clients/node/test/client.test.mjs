@@ -13,6 +13,7 @@ import {
   InvalidRequest,
   LockHeld,
   lockPath,
+  lockSetPath,
   NoQuorum,
   Overloaded,
   parseChange,
@@ -20,6 +21,7 @@ import {
   readEvents,
   rwlockPath,
   semaphorePath,
+  SetChanged,
   SidelockError,
   Unavailable,
 } from "../index.js";
@@ -49,6 +51,9 @@ test("lock paths are one escaped segment that URL parsers leave alone", () => {
   assert.throws(() => semaphorePath("."), InvalidRequest);
   assert.equal(rwlockPath("a?b/c#d"), "/rwlocks/a%3Fb%2Fc%23d");
   assert.throws(() => rwlockPath(".."), InvalidRequest);
+  assert.equal(lockSetPath(["b/2", "a?1"]), "/locksets/b%2F2,a%3F1"); // each name one segment, joined by ","
+  assert.equal(lockSetPath("b/2,a?1"), lockSetPath(["b/2", "a?1"]));
+  assert.throws(() => lockSetPath(["a", ".."]), InvalidRequest);
 });
 
 test("the error class follows the code", () => {
@@ -66,6 +71,8 @@ test("semaphore and watch codes", () => {
   assert.ok(mismatch instanceof PermitsMismatch && !(mismatch instanceof LockHeld)); // a caller's mistake, not a busy semaphore
   assert.ok(errorFor(429, { code: "too_many_watchers" }) instanceof Overloaded);
   assert.ok(errorFor(400, { code: "invalid_permits" }) instanceof InvalidRequest);
+  const changed = errorFor(409, { code: "set_changed" });
+  assert.ok(changed instanceof SetChanged && !(changed instanceof LockHeld)); // nothing is held: the same call may be made again
 });
 
 test("changes of a watch", () => {
@@ -168,6 +175,36 @@ test("read/write lock calls go to /rwlocks with their mode", { timeout: 5000 }, 
     ["GET", "/rwlocks/books%2F42"],
     ["POST", "/rwlocks/books%2F42?hold=true&mode=exclusive"],
     ["DELETE", "/rwlocks/books%2F42"],
+  ]);
+});
+
+test("lock set calls go to /locksets with each name escaped", { timeout: 5000 }, async (t) => {
+  const t1 = new Date(Date.now() + 30000).toISOString();
+  const t2 = new Date(Date.now() + 31000).toISOString();
+  const lease = { name: "a/1,b", token: "ab".repeat(16), owner: "s", ttl: "30s", acquired_at: t1, lease_expires_at: t1, valid_until: t1 };
+  const locks = [{ name: "a/1", fence: 3, valid_until: t1 }, { name: "b", fence: 4, valid_until: t2 }];
+  const server = await scripted(t, [
+    json({ ...lease, locks }),
+    json({ ...lease, ttl: "20s", locks }),
+    json({ name: "a/1,b", locks: [{ name: "a/1", held: true, owner: "s", fence: 3, valid_until: t1 }, { name: "b", held: false }], held: 1 }),
+    stream(`event: acquired\ndata: ${JSON.stringify({ ...lease, locks })}\n\n`, { keepOpen: true }),
+    noContent,
+  ]);
+  const client = new Client({ baseUrl: server.url, timeoutMs: 5000 });
+  const set = await client.acquireLockSet(["b", "a/1"], { owner: "s", wait: "2s" });
+  assert.deepEqual([set.name, set.fence, set.locks.map((l) => [l.name, l.fence, l.validUntil.getTime()])], ["a/1,b", 0, [["a/1", 3, Date.parse(t1)], ["b", 4, Date.parse(t2)]]]);
+  assert.equal((await client.extendLockSet("b,a/1", set.token, { ttl: 20 })).ttl, "20s");
+  const status = await client.inspectLockSet(["a/1", "b"]);
+  assert.deepEqual([status.name, status.held, status.locks.map((l) => [l.name, l.held, l.fence])], ["a/1,b", 1, [["a/1", true, 3], ["b", false, undefined]]]);
+  await client.withLockSet(["b", "a/1"], { hold: true }, async (held) => {
+    assert.deepEqual([held.name, held.fence, held.locks.map((l) => l.fence)], ["a/1,b", 0, [3, 4]]);
+  });
+  assert.deepEqual(server.requests.map((r) => [r.method, r.url]), [
+    ["POST", "/locksets/b,a%2F1?wait=2s&owner=s"],
+    ["PUT", "/locksets/b,a%2F1?ttl=20s"],
+    ["GET", "/locksets/a%2F1,b"],
+    ["POST", "/locksets/b,a%2F1?hold=true"],
+    ["DELETE", "/locksets/b,a%2F1"],
   ]);
 });
 

@@ -234,6 +234,55 @@ describe("against a sidecar", { skip: !process.env.SIDELOCK_ADDR && "needs a sid
     await assert.rejects(client.releaseRWLock(name, a.token), LeaseGone);
   });
 
+  test("a lock set is all or nothing", async () => {
+    const base = unique("lockset");
+    const [a, b, x] = [`${base}/a`, `${base}/b`, `${base}/x`];
+    const lease = await client.acquireLockSet([b, a], { ttl: "30s", owner: "set" }); // any order: the set is a,b
+    assert.deepEqual([lease.name, lease.locks.map((l) => l.name), lease.fence], [`${a},${b}`, [a, b], 0]);
+    assert.equal(lease.validUntil.getTime(), Math.min(...lease.locks.map((l) => l.validUntil.getTime())));
+    for (const lock of lease.locks) {
+      const status = await client.inspect(lock.name); // each an ordinary lock, with its own fence
+      assert.deepEqual([status.held, status.owner, status.fence], [true, "set", lock.fence]);
+    }
+    await assert.rejects(client.acquireLockSet(`${x},${b}`), (e) => e instanceof LockHeld && e.status === 409);
+    assert.equal((await client.inspect(x)).held, false, "refused whole: x was not kept");
+    const status = await client.inspectLockSet(`${x},${b}`);
+    assert.deepEqual([status.name, status.held, status.locks.map((l) => l.held)], [`${b},${x}`, 1, [true, false]]);
+    const extended = await client.extendLockSet(`${b},${a}`, lease.token, { ttl: 60 });
+    assert.deepEqual([extended.ttl, extended.locks.map((l) => l.fence)], ["1m0s", lease.locks.map((l) => l.fence)]);
+    await assert.rejects(client.acquireLockSet([a, a]), (e) => e instanceof InvalidRequest && e.code === "invalid_name");
+
+    // An overlapping set waits, held over a stream, until a,b is released.
+    const releasing = sleep(300).then(() => client.releaseLockSet([a, b], lease.token));
+    await client.withLockSet([x, b], { wait: "10s", owner: "held", hold: true }, async (held) => {
+      await releasing;
+      assert.deepEqual([held.name, held.fence, held.locks.map((l) => l.name)], [`${b},${x}`, 0, [b, x]]);
+      assert.ok(held.locks[0].fence > lease.locks[1].fence, "b's fence grows");
+      assert.equal((await client.inspectLockSet([b, x])).held, 2);
+    });
+    assert.equal((await client.inspectLockSet([b, x])).held, 0);
+    await client.withLockSet(`${a},${x}`, { ttl: "30s" }, async (kept) => {
+      // heartbeats, then a release, to the set
+      assert.deepEqual([kept.name, (await client.inspectLockSet([a, x])).held], [`${a},${x}`, 2]);
+    });
+    assert.equal((await client.inspectLockSet([a, x])).held, 0);
+    await assert.rejects(client.releaseLockSet([a, b], lease.token), LeaseGone);
+  });
+
+  for (const hold of [true, false]) {
+    test(`a kept lock set is lost when one of its locks ends (hold ${hold})`, async () => {
+      const base = unique("lockset-lost");
+      const reasons = [];
+      const kept = await client.lockSet([`${base}/a`, `${base}/b`], { ttl: "2s", hold, onLost: (r) => reasons.push(r) });
+      await client.release(`${base}/b`, kept.token); // the set's token ends the set through one of its locks
+      await abortedWithin(kept.signal, 10000);
+      assert.ok(["released", "lease_gone"].includes(kept.lostReason), kept.lostReason);
+      assert.deepEqual(reasons, [kept.lostReason]);
+      assert.equal((await client.inspect(`${base}/a`)).held, false);
+      await kept.release(); // ended already: no error
+    });
+  }
+
   test("a watch sees acquired then released", async () => {
     const name = unique("watch");
     const changes = client.watch(name, { signal: AbortSignal.timeout(10000) }); // a missing change fails instead of hanging

@@ -242,6 +242,54 @@ class SidecarTest(unittest.TestCase):
         with self.assertRaises(LeaseGone):
             c.release_rwlock(name, a.token)
 
+    def test_lockset_is_all_or_nothing(self) -> None:
+        c, base = self.client, unique("lockset")
+        a, b, x = f"{base}/a", f"{base}/b", f"{base}/x"
+        lease = c.acquire_lockset([b, a], ttl="30s", owner="set")  # any order: the set is a,b
+        self.assertEqual((lease.name, [lock.name for lock in lease.locks], lease.fence), (f"{a},{b}", [a, b], 0))
+        self.assertEqual(lease.valid_until, min(lock.valid_until for lock in lease.locks))
+        for lock in lease.locks:  # each an ordinary lock, with its own fence
+            status = c.inspect(lock.name)
+            self.assertEqual((status.held, status.owner, status.fence), (True, "set", lock.fence))
+        with self.assertRaises(LockHeld):
+            c.acquire_lockset(f"{x},{b}")
+        self.assertFalse(c.inspect(x).held)  # refused whole: x was not kept
+        status = c.inspect_lockset(f"{x},{b}")
+        self.assertEqual((status.name, status.held, [s.held for s in status.locks]), (f"{b},{x}", 1, [True, False]))
+        extended = c.extend_lockset(f"{b},{a}", lease.token, ttl=60)
+        self.assertEqual((extended.ttl, [lock.fence for lock in extended.locks]), ("1m0s", [lock.fence for lock in lease.locks]))
+        with self.assertRaises(InvalidRequest) as bad:
+            c.acquire_lockset([a, a])
+        self.assertEqual(bad.exception.code, "invalid_name")
+
+        # An overlapping set waits, held over a stream, until a,b is released.
+        releaser = threading.Timer(0.3, c.release_lockset, args=([a, b], lease.token))
+        releaser.start()
+        self.addCleanup(releaser.join)
+        with c.lockset([x, b], wait="10s", owner="held", hold=True) as held:
+            self.assertEqual((held.name, held.fence, [lock.name for lock in held.locks]), (f"{b},{x}", 0, [b, x]))
+            self.assertGreater(held.locks[0].fence, lease.locks[1].fence)  # b's fence grows
+            self.assertEqual(c.inspect_lockset([b, x]).held, 2)
+        self.assertEqual(c.inspect_lockset([b, x]).held, 0)
+        with c.lockset(f"{a},{x}", ttl="30s") as kept:  # heartbeats, then a release, to the set
+            self.assertEqual((kept.name, c.inspect_lockset([a, x]).held), (f"{a},{x}", 2))
+        self.assertEqual(c.inspect_lockset([a, x]).held, 0)
+        with self.assertRaises(LeaseGone):
+            c.release_lockset([a, b], lease.token)
+
+    def test_a_kept_lockset_is_lost_when_one_lock_ends(self) -> None:
+        c, base = self.client, unique("lockset-lost")
+        for hold in (True, False):
+            with self.subTest(hold=hold):
+                reasons: List[str] = []
+                kept = c.lockset([f"{base}/a", f"{base}/b"], ttl="2s", hold=hold, on_lost=reasons.append)
+                c.release(f"{base}/b", kept.token)  # the set's token ends the set through one of its locks
+                self.assertTrue(kept.lost.wait(10), "lost never set")
+                self.assertIn(kept.lost_reason, ("released", "lease_gone"))
+                self.assertEqual(reasons, [kept.lost_reason])
+                self.assertFalse(c.inspect(f"{base}/a").held)
+                kept.release()  # ended already: nothing to do, no error
+
     def test_watch_sees_acquired_then_released(self) -> None:
         c, name = self.client, unique("watch")
         with c.watch(name) as watch:

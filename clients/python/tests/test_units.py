@@ -3,8 +3,9 @@
 import datetime as dt
 import unittest
 
-from sidelock import (ERRORS_BY_CODE, Change, InvalidRequest, Lease, LockHeld, NoQuorum, Overloaded, PermitsMismatch,
-                      RWLockStatus, SemaphoreStatus, SidelockError, Unavailable, lock_path, rwlock_path, semaphore_path)
+from sidelock import (ERRORS_BY_CODE, Change, InvalidRequest, Lease, LockHeld, LockSetStatus, NoQuorum, Overloaded,
+                      PermitsMismatch, RWLockStatus, SemaphoreStatus, SetChanged, SidelockError, Unavailable, lock_path,
+                      lockset_path, rwlock_path, semaphore_path)
 from sidelock.client import acquire_query, problem_error
 from sidelock.sse import Event, read_events
 from sidelock.times import go_duration, parse_time, seconds
@@ -68,6 +69,11 @@ class ErrorTest(unittest.TestCase):
         self.assertIsInstance(problem_error(429, b'{"code":"too_many_watchers"}'), Overloaded)
         self.assertIsInstance(problem_error(400, b'{"code":"invalid_permits"}'), InvalidRequest)
 
+    def test_a_set_changed_is_not_a_held_lock(self) -> None:
+        changed = problem_error(409, b'{"code":"set_changed","detail":"a lock of the set ended"}')
+        self.assertIsInstance(changed, SetChanged)
+        self.assertNotIsInstance(changed, LockHeld)  # nothing is held: the same call may be made again
+
 
 class PathTest(unittest.TestCase):
     def test_segments_are_escaped_one_by_one(self) -> None:
@@ -75,6 +81,10 @@ class PathTest(unittest.TestCase):
         self.assertEqual(lock_path("a?b/c#d"), "/locks/a%3Fb/c%23d")
         self.assertEqual(semaphore_path("a?b/c#d"), "/semaphores/a%3Fb/c%23d")
         self.assertEqual(rwlock_path("a?b/c#d"), "/rwlocks/a%3Fb/c%23d")
+
+    def test_a_lockset_path_escapes_each_name(self) -> None:
+        self.assertEqual(lockset_path(["b/2", "a?1"]), "/locksets/b/2,a%3F1")
+        self.assertEqual(lockset_path("b/2,a?1"), lockset_path(["b/2", "a?1"]))
 
     def test_permits_are_sent_with_the_acquire(self) -> None:
         self.assertEqual(acquire_query(ttl=5, permits=3, owner="w"), {"ttl": "5s", "owner": "w", "permits": "3"})
@@ -119,6 +129,24 @@ class ModelTest(unittest.TestCase):
                                           "readers": [], "reader_count": 0, "writer_waiting": False})
         self.assertEqual((written.writer and written.writer.owner, written.writer and written.writer.fence), ("w", 12))
         self.assertEqual((written.readers, written.writer_waiting), ((), False))
+
+    def test_a_lockset_lease_lists_its_locks(self) -> None:
+        t1, t2 = "2026-01-01T10:00:09.5Z", "2026-01-01T10:00:09.7Z"
+        body = {**self.LEASE, "name": "a,b", "valid_until": t1, "locks": [
+            {"name": "a", "fence": 3, "valid_until": t1}, {"name": "b", "fence": 4, "valid_until": t2}]}
+        del body["fence"]
+        lease = Lease.from_json(body)
+        self.assertEqual((lease.name, lease.fence), ("a,b", 0))
+        self.assertEqual([(lock.name, lock.fence, lock.valid_until) for lock in lease.locks],
+                         [("a", 3, parse_time(t1)), ("b", 4, parse_time(t2))])
+        self.assertEqual(Lease.from_json(self.LEASE).locks, ())
+
+    def test_lockset_status_lists_each_lock(self) -> None:
+        status = LockSetStatus.from_json({"name": "a,b", "held": 1, "locks": [
+            {"name": "a", "held": True, "owner": "w", "fence": 3, "valid_until": "2026-01-01T10:00:09Z"},
+            {"name": "b", "held": False}]})
+        self.assertEqual((status.name, status.held), ("a,b", 1))
+        self.assertEqual([(s.name, s.held, s.owner, s.fence) for s in status.locks], [("a", True, "w", 3), ("b", False, "", None)])
 
     def test_changes_of_a_watch(self) -> None:
         t = "2026-01-01T10:00:09Z"

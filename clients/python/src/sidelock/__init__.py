@@ -7,18 +7,19 @@ library only.
     with client.lock("orders/42", ttl="30s") as lock:
         ...  # act while lock.valid(); pass lock.fence to what you write
 
-Semaphores (client.semaphore), read/write locks (client.rwlock), watching
-a lock (client.watch) and leader election (client.campaign, client.leader)
-follow the same shape.
+Lock sets (client.lockset), semaphores (client.semaphore), read/write locks
+(client.rwlock), watching a lock (client.watch) and leader election
+(client.campaign, client.leader) follow the same shape.
 
 docs/clients.md describes every call.
 """
 
-from .client import DEFAULT_ADDR, Client, lock_path, rwlock_path, semaphore_path
+from .client import DEFAULT_ADDR, Client, lock_path, lockset_path, rwlock_path, semaphore_path
 from .errors import (ERRORS_BY_CODE, IdempotencyMismatch, InvalidRequest, LeaseGone, LockHeld, NoQuorum,
-                     Overloaded, PermitsMismatch, SidelockError, Unauthorized, Unavailable, Unreachable)
+                     Overloaded, PermitsMismatch, SetChanged, SidelockError, Unauthorized, Unavailable, Unreachable)
 from .keep import HeartbeatLock, HeldLock, KeptLock
-from .models import Change, Holder, Lease, Mode, RWLockStatus, SemaphoreHolder, SemaphoreStatus, Status
+from .models import (Change, Holder, Lease, LockSetStatus, Mode, RWLockStatus, SemaphoreHolder, SemaphoreStatus,
+                     SetLock, Status)
 from .times import Duration
 from .watch import Watch
 
@@ -26,7 +27,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_ADDR", "Change", "Client", "Duration", "ERRORS_BY_CODE", "HeartbeatLock", "HeldLock", "Holder",
-    "IdempotencyMismatch", "InvalidRequest", "KeptLock", "Lease", "LeaseGone", "LockHeld", "Mode", "NoQuorum",
-    "Overloaded", "PermitsMismatch", "RWLockStatus", "SemaphoreHolder", "SemaphoreStatus", "SidelockError", "Status",
-    "Unauthorized", "Unavailable", "Unreachable", "Watch", "lock_path", "rwlock_path", "semaphore_path",
+    "IdempotencyMismatch", "InvalidRequest", "KeptLock", "Lease", "LeaseGone", "LockHeld", "LockSetStatus", "Mode",
+    "NoQuorum", "Overloaded", "PermitsMismatch", "RWLockStatus", "SemaphoreHolder", "SemaphoreStatus", "SetChanged",
+    "SetLock", "SidelockError", "Status", "Unauthorized", "Unavailable", "Unreachable", "Watch", "lock_path",
+    "lockset_path", "rwlock_path", "semaphore_path",
 ]

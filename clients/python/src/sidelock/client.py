@@ -8,11 +8,11 @@ import os
 import socket
 import threading
 import urllib.parse
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Iterable, Optional, Tuple, Union
 
 from .errors import LockHeld, SidelockError, Unreachable, error_for
 from .keep import HeartbeatLock, HeldLock, KeptLock
-from .models import Lease, Mode, RWLockStatus, SemaphoreStatus, Status
+from .models import Lease, LockSetStatus, Mode, RWLockStatus, SemaphoreStatus, Status
 from .times import Duration, go_duration, seconds
 from .watch import Watch
 
@@ -39,6 +39,21 @@ def rwlock_path(name: str) -> str:
     a keyspace of its own too: read/write lock "x" is neither lock "x" nor
     semaphore "x"."""
     return "/rwlocks/" + escape_name(name)
+
+
+#: A lock set's names: a sequence of lock names, or one string of them
+#: joined by "," ("a,b"); any order.
+Names = Union[str, Iterable[str]]
+
+
+def lockset_path(names: Names) -> str:
+    """The URL path of a lock set: each lock name escaped as lock_path
+    escapes it, joined by "," (which lock names cannot contain). The
+    sidecar takes them in its own canonical (sorted) order, so any order
+    names the same set."""
+    if isinstance(names, str):
+        names = names.split(",")
+    return "/locksets/" + ",".join(escape_name(name) for name in names)
 
 
 def escape_name(name: str) -> str:
@@ -152,6 +167,38 @@ class Client:
         _, body = self._call("GET", rwlock_path(name), {}, {})
         return RWLockStatus.from_json(json.loads(body))
 
+    # Lock sets: several locks taken all or nothing under one lease (one
+    # token, one fence per lock), in the sidecar's canonical order, so that
+    # sets that overlap cannot deadlock. Each call is its lock counterpart
+    # with the set's names (a list, or "a,b"; any order).
+
+    def acquire_lockset(self, names: Names, *, ttl: Optional[Duration] = None, wait: Optional[Duration] = None,
+                        owner: Optional[str] = None, max_hold: Optional[Duration] = None,
+                        idempotency_key: Optional[str] = None) -> Lease:
+        """Take every lock of the set, waiting up to ``wait`` in all while
+        any is held. Raises LockHeld when one is still held after the wait,
+        SetChanged when one ended while the set was being taken; either
+        way none is held. The lease is named by the set's canonical name,
+        has no fence of its own and lists its ``locks``, each with its
+        fence; it is valid until the earliest of theirs."""
+        query = acquire_query(ttl=ttl, wait=wait, owner=owner, max_hold=max_hold)
+        return self._acquire(lockset_path(names), query, wait, idempotency_key)
+
+    def extend_lockset(self, names: Names, token: str, *, ttl: Optional[Duration] = None,
+                       timeout: Optional[float] = None) -> Lease:
+        """The heartbeat of the whole set, as extend is a lock's."""
+        return self._extend(lockset_path(names), token, ttl=ttl, timeout=timeout)
+
+    def release_lockset(self, names: Names, token: str) -> None:
+        """Give every lock of the set up. Raises LeaseGone if the token no
+        longer held it."""
+        self._release(lockset_path(names), token)
+
+    def inspect_lockset(self, names: Names) -> LockSetStatus:
+        """Who holds each lock of the set now, read from the masters."""
+        _, body = self._call("GET", lockset_path(names), {}, {})
+        return LockSetStatus.from_json(json.loads(body))
+
     # Locks and permits kept alive for the caller (keep.py).
 
     def lock(self, name: str, *, ttl: Optional[Duration] = None, wait: Optional[Duration] = None,
@@ -193,6 +240,16 @@ class Client:
         query = acquire_query(ttl=ttl, wait=wait, owner=owner, max_hold=max_hold, mode=mode)
         return self._keep(rwlock_path(name), query, wait, hold, on_lost)
 
+    def lockset(self, names: Names, *, ttl: Optional[Duration] = None, wait: Optional[Duration] = None,
+                owner: Optional[str] = None, max_hold: Optional[Duration] = None, hold: bool = False,
+                on_lost: Optional[Callable[[str], None]] = None) -> KeptLock:
+        """Take every lock of the set and keep them until released, exactly
+        as lock() keeps a lock (heartbeats, or held with ``hold=True``); the
+        kept set has its ``locks`` (each with its fence), and is lost as a
+        whole when any of them ends."""
+        query = acquire_query(ttl=ttl, wait=wait, owner=owner, max_hold=max_hold)
+        return self._keep(lockset_path(names), query, wait, hold, on_lost)
+
     # Watching a lock, and leader election: a lock whose owner names the leader.
 
     def watch(self, name: str) -> Watch:
@@ -233,7 +290,7 @@ class Client:
         status = self.inspect(name)
         return status.owner if status.held else None
 
-    # The calls above, by URL path: a lock's, a semaphore's or a read/write lock's.
+    # The calls above, by URL path: a lock's, a lock set's, a semaphore's or a read/write lock's.
 
     def _acquire(self, path: str, query: Dict[str, str], wait: Optional[Duration],
                  idempotency_key: Optional[str]) -> Lease:

@@ -33,13 +33,20 @@ class SidelockError(Exception):
 class LockHeld(SidelockError):
     """409 lock_held: another owner holds the lock (after any wait); for a
     semaphore, all its permits are held; for a read/write lock, the other
-    side holds it (or, for a reader, a writer waits)."""
+    side holds it (or, for a reader, a writer waits); for a lock set, one
+    of its locks is held (and the set took none)."""
 
 
 class PermitsMismatch(SidelockError):
     """409 permits_mismatch: this sidecar has holders or waiters of the
     semaphore with another ``permits``; every caller of a semaphore must
     name the same N. Not a busy semaphore: retrying does not help."""
+
+
+class SetChanged(SidelockError):
+    """409 set_changed: a lock of the set ended while the set was being
+    taken; none of its locks is held, and the same call may be made again
+    at once."""
 
 
 class LeaseGone(SidelockError):
@@ -80,6 +87,7 @@ class Unreachable(SidelockError):
 ERRORS_BY_CODE: Dict[str, Type[SidelockError]] = {
     "lock_held": LockHeld,
     "permits_mismatch": PermitsMismatch,
+    "set_changed": SetChanged,
     "lease_gone": LeaseGone,
     "no_quorum": NoQuorum,
     "shutting_down": Unavailable,

@@ -1,7 +1,7 @@
-"""Locks (and semaphore permits, read/write locks' reads and writes) kept
-alive for the caller until released: by heartbeats, or held over an event
-stream. Client.lock, Client.semaphore, Client.rwlock and Client.campaign
-make them."""
+"""Locks (and lock sets, semaphore permits, read/write locks' reads and
+writes) kept alive for the caller until released: by heartbeats, or held
+over an event stream. Client.lock, Client.lockset, Client.semaphore,
+Client.rwlock and Client.campaign make them."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import socket
 import threading
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, Optional, Type
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, Optional, Tuple, Type
 
 from .errors import LeaseGone, SidelockError, Unreachable
-from .models import Lease
+from .models import Lease, SetLock
 from .sse import Event, read_events
 from .times import now, parse_time, seconds
 
@@ -47,12 +47,13 @@ class KeptLock:
     ``lost_reason`` says which. Releasing sets neither. A semaphore's
     permit is one too, with its ``permits`` and ``slot``; so is a
     read/write lock's read or write, with its ``mode`` (and a reader's
-    ``slot``).
+    ``slot``), and a lock set, with its ``locks`` (it is lost as a whole
+    when any of them ends).
     """
 
     def __init__(self, client: "Client", path: str, lease: Lease, on_lost: Optional[Callable[[str], None]]) -> None:
         self._client = client
-        self._path = path  # /locks/..., /semaphores/... or /rwlocks/...: where extend and release go
+        self._path = path  # /locks/..., /locksets/..., /semaphores/... or /rwlocks/...: where extend and release go
         self._lease = lease
         self._on_lost = on_lost
         self._mu = threading.Lock()
@@ -94,6 +95,12 @@ class KeptLock:
     def mode(self) -> Optional[str]:
         """A read/write lock's side: "shared" or "exclusive" (None else)."""
         return self._lease.mode
+
+    @property
+    def locks(self) -> Tuple[SetLock, ...]:
+        """A lock set's locks, in canonical order, each with its own fence
+        (empty for anything else)."""
+        return self._lease.locks
 
     @property
     def valid_until(self) -> datetime:

@@ -1,5 +1,5 @@
-"""What the sidecar answers: leases, lock, semaphore and read/write lock
-statuses, and the changes a watch reports."""
+"""What the sidecar answers: leases, lock, semaphore, read/write lock and
+lock set statuses, and the changes a watch reports."""
 
 from __future__ import annotations
 
@@ -15,6 +15,20 @@ Mode = Literal["shared", "exclusive"]
 
 
 @dataclass(frozen=True)
+class SetLock:
+    """One lock of a granted lock set: its name, its own fence (pass it to
+    what you write under that name) and its own ``valid_until``."""
+
+    name: str
+    fence: int
+    valid_until: datetime
+
+    @classmethod
+    def from_json(cls, body: Dict[str, Any]) -> "SetLock":
+        return cls(name=body["name"], fence=int(body.get("fence", 0)), valid_until=parse_time(body["valid_until"]))
+
+
+@dataclass(frozen=True)
 class Lease:
     """A granted lock, as acquire and extend answer it.
 
@@ -24,7 +38,10 @@ class Lease:
     and ``slot`` (which of the N it holds, 1..N); its fence orders the
     holders of that slot only. A read/write lock's read or write carries
     its ``mode`` ("shared" or "exclusive"); a reader also its ``slot``
-    and no fence (0), a writer a fence that orders the writers.
+    and no fence (0), a writer a fence that orders the writers. A lock
+    set's lease is named by the set's canonical name (its names sorted,
+    joined by ","), is valid until the earliest of its locks', has no
+    fence of its own (0) and lists its ``locks``, each with its fence.
     """
 
     name: str
@@ -39,6 +56,7 @@ class Lease:
     permits: Optional[int] = None
     slot: Optional[int] = None
     mode: Optional[str] = None
+    locks: Tuple[SetLock, ...] = ()
 
     @classmethod
     def from_json(cls, body: Dict[str, Any]) -> "Lease":
@@ -49,7 +67,7 @@ class Lease:
             valid_until=parse_time(body["valid_until"]), fence=int(body.get("fence", 0)),
             max_hold_at=parse_time(max_hold_at) if max_hold_at else None,
             permits=optional_int(body.get("permits")), slot=optional_int(body.get("slot")),
-            mode=body.get("mode"),
+            mode=body.get("mode"), locks=tuple(SetLock.from_json(lock) for lock in body.get("locks") or ()),
         )
 
 
@@ -128,6 +146,22 @@ class RWLockStatus:
         return cls(name=body["name"], writer=Holder.from_json(writer) if writer else None, readers=readers,
                    reader_count=int(body.get("reader_count", len(readers))),
                    writer_waiting=bool(body.get("writer_waiting")))
+
+
+@dataclass(frozen=True)
+class LockSetStatus:
+    """Who holds the locks of a set, read from the masters: each lock as
+    inspect() answers it, in canonical order, and how many are ``held``
+    (by the set or by anyone)."""
+
+    name: str
+    locks: Tuple[Status, ...] = ()
+    held: int = 0
+
+    @classmethod
+    def from_json(cls, body: Dict[str, Any]) -> "LockSetStatus":
+        locks = tuple(Status.from_json(lock) for lock in body.get("locks") or ())
+        return cls(name=body["name"], locks=locks, held=int(body.get("held", 0)))
 
 
 @dataclass(frozen=True)
