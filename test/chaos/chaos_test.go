@@ -4,11 +4,13 @@
 // 3 sidelock processes (built from cmd/sidelock) reaching them through
 // fault-injecting TCP proxies, and many concurrent clients — plain leases
 // with heartbeats, held connections, waiters, try-once callers — each doing
-// acquire → critical section → release on three hot lock names, while
-// faults are injected one scenario at a time and then mixed at random. An
-// oracle (oracle_test.go) judges mutual exclusion, fence order,
-// availability, recovery and how long a dead holder's lock lingers; the
-// sidecars' /metrics show whether goroutines or memory grew.
+// acquire → critical section → release on three hot lock names (and, beside
+// them, on semaphores, a leader election, a read/write lock and overlapping
+// lock sets), while faults are injected one scenario at a time and then
+// mixed at random. An oracle (oracle_test.go) judges mutual exclusion,
+// fence order, the promises of every kind, availability, recovery and how
+// long a dead holder's lock lingers; the sidecars' /metrics show whether
+// goroutines or memory grew.
 //
 //	SIDELOCK_CHAOS=full go test -count=1 -timeout 30m ./test/chaos   # make chaos: every scenario, writes results.md
 //	SIDELOCK_CHAOS=ci   go test -count=1 -timeout 10m ./test/chaos   # the CI subset, 60–120s
@@ -51,6 +53,8 @@ func TestChaos(t *testing.T) {
 				kindsText(res.v.promisesBySource), kindsText(res.v.promisesByKind), 100*res.v.availability, res.v.recovery.Round(time.Millisecond), res.took.Round(time.Second))
 			t.Logf("%s: semaphores: %s", sc.name, semaphoreText(res.v.semaphores))
 			t.Logf("%s: election: %s", sc.name, electionText(res.v.election))
+			t.Logf("%s: read/write locks: %s", sc.name, rwText(res.v.rwlocks))
+			t.Logf("%s: lock sets: %s", sc.name, setText(res.v.locksets))
 		})
 	}
 	table := renderResults(m, results)
@@ -79,6 +83,7 @@ func renderResults(m string, results []result) string {
 			r.v.brokenPromises, r.v.promisesChecked, 100*r.v.availability, 100*r.v.faultAvail, recoveryText(r.v), deadText(r.v), usageText(r, true), usageText(r, false), failuresText(r.v.failures))
 	}
 	b.WriteString(kindsTable(results))
+	b.WriteString(rwSetTable(results))
 	b.WriteString("\n## Observations\n\n")
 	for _, r := range results {
 		status := "as expected"

@@ -122,20 +122,131 @@ func (w *worker) workTime() time.Duration {
 	return 5*time.Millisecond + time.Duration(w.rng.Int64N(int64(45*time.Millisecond)))
 }
 
-// grant is a lock as the worker sees it: until deadline (valid_until on
-// the test's monotonic clock) it may act. promise is its record in the
-// oracle, which every valid_until published to it goes to.
+// grant is a lease as the worker sees it: until deadline (valid_until on
+// the test's monotonic clock) it may act. parts are what it holds: one
+// target, or each lock of a set; each has its fence, its record in the
+// oracle (which every valid_until published to the grant goes to) and its
+// critical section.
 type grant struct {
 	token    string
-	fence    int64
 	deadline time.Time
-	promise  *promise
+	parts    []part
 	ttl      time.Duration // the heartbeats' ttl; 0: the lease's own
+}
+
+// part is one thing a grant holds.
+type part struct {
+	target
+	fence   int64
+	promise *promise
+	section *section
+}
+
+// answer is an acquisition's answer: the lease, and a lock set's locks.
+type answer struct {
+	lease client.Lease
+	locks []client.SetLock
 }
 
 // deadlineOf turns valid_until (wall clock, same host) into a deadline on
 // the monotonic clock.
 func deadlineOf(validUntil time.Time) time.Time { return time.Now().Add(time.Until(validUntil)) }
+
+// granted records an acquisition's answer, which arrived at answered, as
+// the promises of its parts.
+func (w *worker) granted(t target, owner, kind string, a answer, answered time.Time, ttl time.Duration) grant {
+	if problem := answerProblem(t, a); problem != "" {
+		w.o.malformed(t, owner+": "+problem)
+	}
+	g := grant{token: a.lease.Token, deadline: deadlineOf(a.lease.ValidUntil), ttl: ttl}
+	for _, p := range partsOf(t, a) {
+		p.promise = w.o.granted(p.target, owner, kind, w.car.idx, p.fence, answered, a.lease.ValidUntil)
+		g.parts = append(g.parts, p)
+	}
+	w.promisedLocks(&g, a, "acquire")
+	return g
+}
+
+// promisedLocks records the valid_untils a set's answer gave each of its
+// locks, where later than the set's: the sidecar keeps each lock until its
+// own (internal/lease/lockset.go), so each is a promise of that lock too.
+func (w *worker) promisedLocks(g *grant, a answer, by string) {
+	for _, l := range a.locks {
+		for _, p := range g.parts {
+			if p.name == l.Name && l.ValidUntil.After(a.lease.ValidUntil) {
+				w.o.promised(p.promise, l.ValidUntil, by+" (the lock's own)")
+			}
+		}
+	}
+}
+
+// answerProblem is what is wrong with an answer's shape for its kind, if
+// anything: a read without its slot, a write without a fence, a set
+// without one of its locks.
+func answerProblem(t target, a answer) string {
+	switch {
+	case t.isRWLock():
+		return rwAnswerProblem(t, a.lease)
+	case t.isSet():
+		return setAnswerProblem(t, a)
+	}
+	return ""
+}
+
+// partsOf is what an answer grants: the target with the slot and fence
+// the lease got, or each lock of a set with its own fence (0 if the
+// answer lacks it: answerProblem reports that).
+func partsOf(t target, a answer) []part {
+	if !t.isSet() {
+		t.slot = a.lease.Slot
+		return []part{{target: t, fence: a.lease.Fence}}
+	}
+	fences := map[string]int64{}
+	for _, l := range a.locks {
+		fences[l.Name] = l.Fence
+	}
+	var out []part
+	for _, m := range t.members() {
+		out = append(out, part{target: m, fence: fences[m.name]})
+	}
+	return out
+}
+
+// enter opens a critical section of each part.
+func (w *worker) enter(g *grant, owner string) {
+	for i := range g.parts {
+		p := &g.parts[i]
+		p.section = w.o.enter(p.target, owner, w.id, w.car.idx, p.fence)
+	}
+}
+
+// leave ends the critical section of each part.
+func (w *worker) leave(g *grant, at time.Time, reason string) {
+	for _, p := range g.parts {
+		w.o.leave(p.section, at, reason)
+	}
+}
+
+// writeAll writes to the fenced resource of each part.
+func (w *worker) writeAll(g *grant, stale bool) {
+	for _, p := range g.parts {
+		w.o.write(p.target, w.id, p.fence, stale)
+	}
+}
+
+// keptAll records why none of the grant's promises was given up.
+func (w *worker) keptAll(g *grant, fate string) {
+	for _, p := range g.parts {
+		w.o.kept(p.promise, fate)
+	}
+}
+
+// promisedAll records a valid_until published to the grant.
+func (w *worker) promisedAll(g *grant, validUntil time.Time, by string) {
+	for _, p := range g.parts {
+		w.o.promised(p.promise, validUntil, by)
+	}
+}
 
 func (w *worker) leaseOnce(ctx context.Context, t target) {
 	wait := waitFor
@@ -148,80 +259,128 @@ func (w *worker) leaseOnce(ctx context.Context, t target) {
 	if w.rng.IntN(4) == 0 {
 		kind, ttl = kind+" (ttl lowered)", loweredTTL
 	}
-	l, err := w.acquire(actx, t, client.Options{TTL: keyTTL, Wait: wait, Owner: owner})
+	a, err := w.acquire(actx, t, client.Options{TTL: keyTTL, Wait: wait, Owner: owner})
 	answered := wallNow()
 	cancel()
 	if err != nil {
 		w.failed(ctx, err)
 		return
 	}
-	t.slot = l.Slot
-	g := grant{token: l.Token, fence: l.Fence, deadline: deadlineOf(l.ValidUntil), ttl: ttl,
-		promise: w.o.granted(t, owner, kind, w.car.idx, l.Fence, answered, l.ValidUntil)}
+	g := w.granted(t, owner, kind, a, answered, ttl)
 	if !time.Now().Before(g.deadline) {
 		w.o.fail(w.car.idx, "late_grant") // answered after its own validity: never act on it
-		w.release(t, g.token, g.promise)
+		w.release(t, &g, true)
 		return
 	}
-	s := w.o.enter(t, owner, w.id, w.car.idx, g.fence)
+	w.enter(&g, owner)
 	reason, at := w.critical(ctx, t, &g)
-	w.o.leave(s, at, reason)
+	w.leave(&g, at, reason)
 	switch reason {
 	case "killed":
-		w.o.kept(g.promise, "the client died (no heartbeat, no release)")
-		w.o.died(t, owner, at, "client")
+		w.keptAll(&g, "the client died (no heartbeat, no release)")
+		for _, p := range g.parts {
+			w.o.died(p.target, owner, at, "client")
+		}
 		return // a dead process releases nothing
 	case "paused":
-		w.o.write(t, w.id, g.fence, true) // the stale write, after the pause
+		w.writeAll(&g, true) // the stale write, after the pause
 	case "lost":
 		// The sidecar said the lease is gone: the DELETE gives nothing
 		// up, and the promise stands until its valid_until.
-		w.o.kept(g.promise, "a heartbeat was answered lease_gone")
-		w.release(t, g.token, nil)
+		w.keptAll(&g, "a heartbeat was answered lease_gone")
+		w.release(t, &g, false)
 		return
 	}
-	w.release(t, g.token, g.promise)
+	w.release(t, &g, true)
 }
 
 // kindOf names the worker's kind of client for the oracle's reports.
 func (w *worker) kindOf(t target) string {
-	if t.isSemaphore() {
+	switch {
+	case t.isSemaphore():
 		return "semaphore " + w.kind.String()
+	case t.isWriter():
+		return "rwlock writer " + w.kind.String()
+	case t.isRWLock():
+		return "rwlock reader " + w.kind.String()
+	case t.isSet():
+		return "lock set " + w.kind.String()
 	}
 	return w.kind.String()
 }
 
-// acquire, extend, releaseCall and hold are the client's calls for a
-// lock or a semaphore's permit, which differ only in their paths.
-func (w *worker) acquire(ctx context.Context, t target, opts client.Options) (client.Lease, error) {
-	if t.isSemaphore() {
-		return w.api.AcquireSemaphore(ctx, t.name, t.permits, opts)
+// acquire, extend, releaseCall and hold are the client's calls for each
+// kind of target, which differ only in their paths (and a lock set's
+// answer, which has its locks).
+func (w *worker) acquire(ctx context.Context, t target, opts client.Options) (answer, error) {
+	var l client.Lease
+	var err error
+	switch {
+	case t.isSet():
+		s, err := w.api.AcquireLockSet(ctx, t.setNames(), opts)
+		return answer{lease: s.Lease, locks: s.Locks}, err
+	case t.isRWLock():
+		l, err = w.api.AcquireRWLock(ctx, t.name, t.mode, opts)
+	case t.isSemaphore():
+		l, err = w.api.AcquireSemaphore(ctx, t.name, t.permits, opts)
+	default:
+		l, err = w.api.Acquire(ctx, t.name, opts)
 	}
-	return w.api.Acquire(ctx, t.name, opts)
+	return answer{lease: l}, err
 }
 
-func (w *worker) extend(ctx context.Context, t target, token string, ttl time.Duration) (client.Lease, error) {
-	if t.isSemaphore() {
-		return w.api.ExtendSemaphore(ctx, t.name, token, ttl)
+func (w *worker) extend(ctx context.Context, t target, token string, ttl time.Duration) (answer, error) {
+	var l client.Lease
+	var err error
+	switch {
+	case t.isSet():
+		s, err := w.api.ExtendLockSet(ctx, t.setNames(), token, ttl)
+		return answer{lease: s.Lease, locks: s.Locks}, err
+	case t.isRWLock():
+		l, err = w.api.ExtendRWLock(ctx, t.name, token, ttl)
+	case t.isSemaphore():
+		l, err = w.api.ExtendSemaphore(ctx, t.name, token, ttl)
+	default:
+		l, err = w.api.Extend(ctx, t.name, token, ttl)
 	}
-	return w.api.Extend(ctx, t.name, token, ttl)
+	return answer{lease: l}, err
 }
 
 func (w *worker) releaseCall(ctx context.Context, t target, token string) error {
-	if t.isSemaphore() {
+	switch {
+	case t.isSet():
+		return w.api.ReleaseLockSet(ctx, t.setNames(), token)
+	case t.isRWLock():
+		return w.api.ReleaseRWLock(ctx, t.name, token)
+	case t.isSemaphore():
 		return w.api.ReleaseSemaphore(ctx, t.name, token)
 	}
 	return w.api.Release(ctx, t.name, token)
 }
 
-func (w *worker) hold(ctx context.Context, t target, opts client.Options) (*client.Held, error) {
+func (w *worker) hold(ctx context.Context, t target, opts client.Options) (*client.Held, answer, error) {
+	var h *client.Held
+	var err error
 	switch {
 	case w.kind == campaigner:
-		return w.api.Campaign(ctx, t.name, opts)
+		h, err = w.api.Campaign(ctx, t.name, opts)
+	case t.isSet():
+		s, err := w.api.HoldLockSet(ctx, t.setNames(), opts)
+		if err != nil {
+			return nil, answer{}, err
+		}
+		return s.Held, answer{lease: s.Lease, locks: s.Locks}, nil
+	case t.isRWLock():
+		h, err = w.api.HoldRWLock(ctx, t.name, t.mode, opts)
 	case t.isSemaphore():
-		return w.api.HoldSemaphore(ctx, t.name, t.permits, opts)
+		h, err = w.api.HoldSemaphore(ctx, t.name, t.permits, opts)
+	default:
+		h, err = w.api.Hold(ctx, t.name, opts)
 	}
-	return w.api.Hold(ctx, t.name, opts)
+	if err != nil {
+		return nil, answer{}, err
+	}
+	return h, answer{lease: h.Lease}, nil
 }
 
 // critical works until done, lost or out of validity, heartbeating plain
@@ -257,7 +416,7 @@ func (w *worker) critical(ctx context.Context, t target, g *grant) (string, time
 		case !now.Before(done) || ctx.Err() != nil:
 			return "done", now
 		}
-		w.o.write(t, w.id, g.fence, false)
+		w.writeAll(g, false)
 		if now.After(nextBeat) {
 			if lost := w.beat(ctx, t, g); lost {
 				return "lost", time.Now()
@@ -274,41 +433,43 @@ func (w *worker) critical(ctx context.Context, t target, g *grant) (string, time
 func (w *worker) beat(ctx context.Context, t target, g *grant) (lost bool) {
 	bctx, cancel := context.WithTimeout(ctx, heartbeatTime)
 	defer cancel()
-	l, err := w.extend(bctx, t, g.token, g.ttl)
+	a, err := w.extend(bctx, t, g.token, g.ttl)
 	if errors.Is(err, client.ErrLeaseGone) {
 		return true
 	}
-	if err == nil && l.ValidUntil.After(time.Time{}) {
-		w.o.promised(g.promise, l.ValidUntil, "heartbeat")
-		if d := deadlineOf(l.ValidUntil); d.After(g.deadline) {
+	if err == nil && a.lease.ValidUntil.After(time.Time{}) {
+		w.promisedAll(g, a.lease.ValidUntil, "heartbeat")
+		w.promisedLocks(g, a, "heartbeat")
+		if d := deadlineOf(a.lease.ValidUntil); d.After(g.deadline) {
 			g.deadline = d
 		}
 	}
 	return false
 }
 
-// release gives the lease up (DELETE); p, when set, is the grant whose
-// promise this ends, from the moment the DELETE was sent — unless it never
+// release gives the lease up (DELETE); when ends is set, that ends the
+// grant's promises from the moment the DELETE was sent — unless it never
 // reached the sidecar (connection refused: a dead sidecar, whose keys stay
-// until they expire, so the promise stands).
-func (w *worker) release(t target, token string, p *promise) {
+// until they expire, so the promises stand).
+func (w *worker) release(t target, g *grant, ends bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTime)
 	defer cancel()
 	sent := wallNow()
-	err := w.releaseCall(ctx, t, token)
-	if p == nil {
-		return
+	err := w.releaseCall(ctx, t, g.token)
+	switch {
+	case !ends:
+	case errors.Is(err, syscall.ECONNREFUSED):
+		w.keptAll(g, "its DELETE was refused (the sidecar was down)")
+	default:
+		for _, p := range g.parts {
+			w.o.releasing(p.promise, sent)
+		}
 	}
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		w.o.kept(p, "its DELETE was refused (the sidecar was down)")
-		return
-	}
-	w.o.releasing(p, sent)
 }
 
-// holdOnce holds a lock (or a permit) over a connection; renewals move
-// the deadline. A campaigner campaigns for it instead: its attempts wait
-// longer and are retried on 409 until it leads.
+// holdOnce holds a lock (or a permit, a read or write, a set) over a
+// connection; renewals move the deadline. A campaigner campaigns for it
+// instead: its attempts wait longer and are retried on 409 until it leads.
 func (w *worker) holdOnce(ctx context.Context, t target) {
 	wait, within, owner := waitFor, waitFor+requestGrace, w.nextOwner("h")
 	if w.kind == campaigner {
@@ -320,23 +481,21 @@ func (w *worker) holdOnce(ctx context.Context, t target) {
 		kind, maxHold = kind+" (max_hold)", maxHoldBase+time.Duration(w.rng.Int64N(int64(maxHoldBase)))
 	}
 	w.o.attempted(owner, wallNow())
-	h, err := w.hold(actx, t, client.Options{Wait: wait, Owner: owner, MaxHold: maxHold})
+	h, a, err := w.hold(actx, t, client.Options{Wait: wait, Owner: owner, MaxHold: maxHold})
 	answered := wallNow()
 	cancel()
 	if err != nil {
 		w.failed(ctx, err)
 		return
 	}
-	t.slot = h.Lease.Slot
-	g := grant{token: h.Lease.Token, fence: h.Lease.Fence, deadline: deadlineOf(h.Lease.ValidUntil),
-		promise: w.o.granted(t, owner, kind, w.car.idx, h.Lease.Fence, answered, h.Lease.ValidUntil)}
+	g := w.granted(t, owner, kind, a, answered, 0)
 	streamEnded := false // the sidecar ended the stream (lost, released, or died)
-	defer func() { w.closeHold(h, g.promise, streamEnded) }()
+	defer func() { w.closeHold(h, &g, streamEnded) }()
 	if !time.Now().Before(g.deadline) {
 		w.o.fail(w.car.idx, "late_grant")
 		return
 	}
-	s := w.o.enter(t, owner, w.id, w.car.idx, g.fence)
+	w.enter(&g, owner)
 	done := time.Now().Add(w.workTime())
 	if maxHold > 0 {
 		done = time.Now().Add(maxHold + maxHoldBase) // runs into the cap
@@ -344,18 +503,18 @@ func (w *worker) holdOnce(ctx context.Context, t target) {
 	for {
 		now := time.Now()
 		if !now.Before(g.deadline) {
-			w.o.leave(s, g.deadline, "validity")
+			w.leave(&g, g.deadline, "validity")
 			return
 		}
 		if !now.Before(done) || ctx.Err() != nil {
-			w.o.leave(s, now, "done")
+			w.leave(&g, now, "done")
 			return
 		}
 		if streamEnded = w.drainEvents(h, &g); streamEnded {
-			w.o.leave(s, time.Now(), "lost")
+			w.leave(&g, time.Now(), "lost")
 			return
 		}
-		w.o.write(t, w.id, g.fence, false)
+		w.writeAll(&g, false)
 		time.Sleep(writeEvery)
 	}
 }
@@ -371,7 +530,7 @@ func (w *worker) drainEvents(h *client.Held, g *grant) bool {
 			if !ok {
 				return true
 			}
-			w.recordEvent(g.promise, e)
+			w.recordEvent(g, e)
 			switch e.Kind {
 			case "released", "lost":
 				return true
@@ -387,30 +546,33 @@ func (w *worker) drainEvents(h *client.Held, g *grant) bool {
 }
 
 // recordEvent gives the oracle the valid_until an event carries, if any.
-func (w *worker) recordEvent(p *promise, e client.Event) {
+func (w *worker) recordEvent(g *grant, e client.Event) {
 	if !e.ValidUntil.IsZero() {
-		w.o.promised(p, e.ValidUntil, e.Kind)
+		w.promisedAll(g, e.ValidUntil, e.Kind)
 	}
 }
 
 // closeHold closes a held lock's connection, which releases it, unless
 // the sidecar already ended the stream (lost, or the sidecar died): then
-// the client gave nothing up and the promise stands until valid_until.
+// the client gave nothing up and the promises stand until valid_until.
 // Events the worker had not read yet still count as published.
-func (w *worker) closeHold(h *client.Held, p *promise, ended bool) {
+func (w *worker) closeHold(h *client.Held, g *grant, ended bool) {
 	select {
 	case <-h.Done():
 		ended = true
 	default:
 	}
 	if ended {
-		w.o.kept(p, "the sidecar ended the held stream ("+endOf(h)+")")
+		w.keptAll(g, "the sidecar ended the held stream ("+endOf(h)+")")
 	} else {
-		w.o.releasing(p, wallNow())
+		at := wallNow()
+		for _, p := range g.parts {
+			w.o.releasing(p.promise, at)
+		}
 	}
 	h.Release()
 	for e := range h.Events() { // closed once the stream ended
-		w.recordEvent(p, e)
+		w.recordEvent(g, e)
 	}
 }
 

@@ -200,6 +200,8 @@ func runScenario(t *testing.T, sc scenario, m string) result {
 	}
 	r.spawn(ctx, kinds)
 	r.spawnSemaphoreWorkers(ctx)
+	r.spawnRWLockWorkers(ctx)
+	r.spawnLockSetWorkers(ctx)
 	r.startElection(ctx)
 	start := time.Now()
 	r.sleep(p.warm)
@@ -344,6 +346,8 @@ func check(sc scenario, res result) []string {
 	}
 	problems = append(problems, checkSemaphores(sc, v.semaphores)...)
 	problems = append(problems, checkElection(sc, v.election)...)
+	problems = append(problems, checkRWLocks(sc, v.rwlocks)...)
+	problems = append(problems, checkLockSets(sc, v.locksets)...)
 	if !v.recovered || v.recovery > recoveryBound {
 		bad("not every sidecar granted again within %v of the fault's end (recovered %v after %v)", recoveryBound, v.recovered, v.recovery)
 	}

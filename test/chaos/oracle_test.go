@@ -15,6 +15,7 @@ import (
 	"time"
 
 	fencedresource "github.com/sidelock/sidelock/examples/fenced-resource"
+	"github.com/sidelock/sidelock/pkg/client"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )
 
@@ -56,6 +57,14 @@ import (
 //     no grant while N earlier promises stand (semaphore_test.go).
 //   - A leader election is a lock like any other; what the watchers of
 //     it were told is judged against the grants (election_test.go).
+//   - A read/write lock's writer is a lock like any other; its reads are
+//     judged against its writes: none open (sections) or promised
+//     (valid_untils) while a write is, writers' fences rising in grant
+//     order (rwlock_test.go).
+//   - A lock set's grant is one grant of each of its locks, with the
+//     set's valid_until and the lock's own fence: the lock checks apply
+//     to each; and no lock of a set is held by anyone else while the set
+//     holds it (lockset_test.go).
 type oracle struct {
 	// masters are direct connections to the masters (no proxy), to see
 	// when a dead holder's key is gone.
@@ -77,14 +86,39 @@ type oracle struct {
 	attempts     map[string]time.Time // when each owner label was first asked for
 	observations []observation
 	freezes      []freeze
+	// malformedAnswers are grants whose answer lacked what its kind
+	// promises (a reader's slot, a writer's fence, a set's locks).
+	malformedAnswers []malformedAnswer
 }
 
-// target is what a grant holds: a lock, or one slot of a semaphore (each
-// slot is a lock of its own, see internal/lease/semaphore.go).
+// malformedAnswer is a grant's answer that did not have its kind's shape.
+type malformedAnswer struct {
+	target
+	what string
+}
+
+// malformed records a grant whose answer was not of its kind's shape.
+func (o *oracle) malformed(t target, what string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.malformedAnswers = append(o.malformedAnswers, malformedAnswer{target: t, what: what})
+}
+
+// target is what a grant holds: a lock, one slot of a semaphore (each
+// slot is a lock of its own, see internal/lease/semaphore.go), a read or
+// the write of a read/write lock, or one lock of a lock set. A worker
+// takes a whole set (lockSet), whose grant the oracle records as one grant
+// of each of its locks (members).
 type target struct {
 	name    string
-	permits int // the semaphore's permits; 0 for a lock
-	slot    int // the slot held, 1..permits; 0 for a lock (or a semaphore not yet granted)
+	permits int // the semaphore's permits; 0 for the other kinds
+	// slot is the slot held: a semaphore's 1..permits, a reader's
+	// 1..64; 0 for the other kinds (or before the grant).
+	slot int
+	mode client.Mode // a read/write lock's side; "" for the other kinds
+	// set is a lock set's canonical name: of the set a worker takes (then
+	// name is empty), or of the set a lock was granted with.
+	set string
 }
 
 // lock is the target of a lock name.
@@ -92,22 +126,61 @@ func lock(name string) target { return target{name: name} }
 
 func (t target) isSemaphore() bool { return t.permits > 0 }
 
-// exclusive names what at most one grant holds at a time: the lock, or the
-// semaphore's slot. The exclusive checks (overlaps, fence order, broken
-// promises, the fenced resource) group by it.
+func (t target) isRWLock() bool { return t.mode != "" }
+
+func (t target) isWriter() bool { return t.mode == client.Exclusive }
+
+// isSet tells a whole lock set (what a worker asks for) from one of its
+// locks (inSet).
+func (t target) isSet() bool { return t.set != "" && t.name == "" }
+
+func (t target) inSet() bool { return t.set != "" && t.name != "" }
+
+// exclusive names what at most one grant holds at a time: the lock (of a
+// set or not), the semaphore's slot, or the read/write lock's writer. The
+// exclusive checks (overlaps, fence order, broken promises, the fenced
+// resource) group by it; a read holds nothing exclusively ("") and is
+// judged against the writes (rwlock_test.go).
 func (t target) exclusive() string {
-	if !t.isSemaphore() {
-		return t.name
+	switch {
+	case t.isSemaphore():
+		return fmt.Sprintf("semaphore %s slot %d", t.name, t.slot)
+	case t.isWriter():
+		return "rwlock " + t.name + " writer"
+	case t.isRWLock():
+		return ""
 	}
-	return fmt.Sprintf("semaphore %s slot %d", t.name, t.slot)
+	return t.name
 }
 
-// key is where the masters keep it: a slot is "<name>#<slot>".
-func (t target) key() string {
-	if !t.isSemaphore() {
-		return keyPrefix + t.name
+// holding says what a grant held, for the reports.
+func (t target) holding() string {
+	switch {
+	case t.isSemaphore():
+		return fmt.Sprintf("slot %d", t.slot)
+	case t.isWriter():
+		return "the write"
+	case t.isRWLock():
+		return fmt.Sprintf("a read, slot %d", t.slot)
+	case t.inSet():
+		return t.name + " of the set " + t.set
 	}
-	return keyPrefix + t.name + "#" + strconv.Itoa(t.slot)
+	return t.name
+}
+
+// key is where the masters keep it: a semaphore's slot is
+// "<name>#<slot>", a read/write lock's writer "<name>#w" and a reader
+// "<name>#r<slot>" (internal/lease/target.go).
+func (t target) key() string {
+	switch {
+	case t.isSemaphore():
+		return keyPrefix + t.name + "#" + strconv.Itoa(t.slot)
+	case t.isWriter():
+		return keyPrefix + t.name + "#w"
+	case t.isRWLock():
+		return keyPrefix + t.name + "#r" + strconv.Itoa(t.slot)
+	}
+	return keyPrefix + t.name
 }
 
 // promise is one grant as its valid_untils describe it.
@@ -255,8 +328,12 @@ func (o *oracle) leave(s *section, at time.Time, reason string) {
 }
 
 // write performs a write at the target's fenced resource (one per lock,
-// one per semaphore slot) and records it.
+// semaphore slot and read/write lock's writer) and records it. A reader
+// only reads: it writes nothing.
 func (o *oracle) write(t target, client int, fence int64, stale bool) bool {
+	if t.exclusive() == "" {
+		return true
+	}
 	at := time.Now()
 	ok := o.store(t.exclusive()).Write(fence, "written by a chaos client")
 	o.mu.Lock()
@@ -386,6 +463,11 @@ type verdict struct {
 	// election_test.go); their grants are in the figures above too.
 	semaphores semaphoreVerdict
 	election   electionVerdict
+	// read/write locks and lock sets: their own checks (rwlock_test.go,
+	// lockset_test.go); writers and the locks of sets are in the figures
+	// above too.
+	rwlocks  rwVerdict
+	locksets setVerdict
 }
 
 // judge analyses everything recorded. window is the fault; recovery is
@@ -417,6 +499,8 @@ func (o *oracle) judge(start, faultStart, faultEnd, end time.Time, sidecars int)
 	v.brokenPromises, v.worstBrokenBy, v.worstPromise = brokenPromises(o.promises)
 	v.semaphores = judgeSemaphores(closed, o.promises)
 	v.election = judgeElection(closed, o.promises, o.attempts, o.observations, o.freezes)
+	v.rwlocks = judgeRWLocks(closed, o.promises, o.malformedAnswers)
+	v.locksets = judgeLockSets(closed, o.promises, o.malformedAnswers)
 	for _, w := range o.writes {
 		switch {
 		case !w.stale && !w.accepted:
@@ -507,7 +591,9 @@ func fenceOrder(sections []*section) (int, string) {
 func brokenPromises(promises []*promise) (n int, worstBy time.Duration, worst string) {
 	groups := map[string][]*promise{}
 	for _, p := range promises {
-		groups[p.exclusive()] = append(groups[p.exclusive()], p)
+		if p.exclusive() != "" {
+			groups[p.exclusive()] = append(groups[p.exclusive()], p)
+		}
 	}
 	for _, group := range groups {
 		slices.SortStableFunc(group, func(a, b *promise) int { return a.granted.Compare(b.granted) })
@@ -548,12 +634,14 @@ func describeBroken(earlier, later *promise) string {
 		earlier.untilBy, earlier.published, strings.Join(pubs, "; "), released)
 }
 
-// byExclusive groups sections by what they hold exclusively: a lock, or
-// a semaphore's slot.
+// byExclusive groups sections by what they hold exclusively: a lock, a
+// semaphore's slot, or a read/write lock's writer (not the reads).
 func byExclusive(sections []*section) map[string][]*section {
 	out := map[string][]*section{}
 	for _, s := range sections {
-		out[s.exclusive()] = append(out[s.exclusive()], s)
+		if s.exclusive() != "" {
+			out[s.exclusive()] = append(out[s.exclusive()], s)
+		}
 	}
 	return out
 }
@@ -680,6 +768,12 @@ func TestBrokenPromisesChecker(t *testing.T) {
 		{"granted exactly at valid_until", func(o *oracle) {
 			o.granted(lock("a"), "w1", "heartbeat", 0, 1, at(0), at(2000))
 			o.granted(lock("a"), "w2", "heartbeat", 1, 2, at(2000), at(4000))
+		}, 0, 0},
+		{"reads hold nothing alone; a write is a lock of its own", func(o *oracle) {
+			o.granted(target{name: "a", mode: client.Shared, slot: 1}, "r1", "rwlock reader heartbeat", 0, 0, at(0), at(2000))
+			o.granted(target{name: "a", mode: client.Shared, slot: 1}, "r2", "rwlock reader holder", 1, 0, at(10), at(2010))
+			o.granted(target{name: "a", mode: client.Exclusive}, "w1", "rwlock writer heartbeat", 1, 1, at(20), at(2020))
+			o.granted(lock("a"), "w2", "heartbeat", 2, 1, at(30), at(2030))
 		}, 0, 0},
 		{"other names do not interact", func(o *oracle) {
 			o.granted(lock("a"), "w1", "heartbeat", 0, 1, at(0), at(2000))

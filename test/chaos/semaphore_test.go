@@ -92,7 +92,7 @@ func (s *section) from() time.Time { return s.enter }
 func (s *section) to() time.Time   { return s.exit }
 func (s *section) limit() int      { return s.permits }
 func (s *section) describe() string {
-	return fmt.Sprintf("%s (slot %d, sidecar%d, fence %d, %s–%s, ended by %s)", s.owner, s.slot, s.sidecar, s.fence,
+	return fmt.Sprintf("%s (%s, sidecar%d, fence %d, %s–%s, ended by %s)", s.owner, s.holding(), s.sidecar, s.fence,
 		s.enter.Format("15:04:05.000"), s.exit.Format("15:04:05.000"), s.reason)
 }
 
@@ -104,7 +104,7 @@ func (p *promise) describe() string {
 	if p.end().Before(p.until) {
 		end = "released at " + p.end().Format("15:04:05.000")
 	}
-	return fmt.Sprintf("%s (%s, slot %d, sidecar%d, fence %d, granted %s, %s)", p.owner, p.kind, p.slot,
+	return fmt.Sprintf("%s (%s, %s, sidecar%d, fence %d, granted %s, %s)", p.owner, p.kind, p.holding(),
 		p.sidecar, p.fence, p.granted.Format("15:04:05.000"), end)
 }
 
