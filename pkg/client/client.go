@@ -80,6 +80,8 @@ type Lease struct {
 	Slot    int `json:"slot,omitempty"`
 	// Mode is a read/write lock's side: Shared or Exclusive ("" else).
 	Mode Mode `json:"mode,omitempty"`
+	// Locks are a lock set's locks, each with its fence (nil else).
+	Locks []SetLock `json:"locks,omitempty"`
 }
 
 // Options tune an acquisition; zero values take the sidecar's defaults.

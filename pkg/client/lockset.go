@@ -1,13 +1,10 @@
 package client
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"time"
@@ -35,8 +32,8 @@ type SetLock struct {
 	ValidUntil time.Time `json:"valid_until"`
 }
 
-// HeldSet is a lock set held for as long as its connection is open. Its
-// Held.Lease is the set's lease without the locks, which are in Locks.
+// HeldSet is a lock set held for as long as its connection is open; Locks
+// are its Held.Lease's.
 type HeldSet struct {
 	*Held
 	Locks []SetLock
@@ -83,40 +80,12 @@ func (c *Client) ReleaseLockSet(ctx context.Context, names []string, token strin
 
 // HoldLockSet takes the set and keeps it for as long as the connection is
 // open, as Hold does a lock; the stream ends when any of its locks ends.
-//
-// It is hold with the first event decoded as a set's lease: Lease has no
-// Locks, so hold would drop them.
 func (c *Client) HoldLockSet(ctx context.Context, names []string, opts Options) (*HeldSet, error) {
-	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, cancel) // until acquired, ctx bounds the wait
-	var conn net.Conn
-	traced := httptrace.WithClientTrace(streamCtx, &httptrace.ClientTrace{
-		GotConn: func(info httptrace.GotConnInfo) { conn = info.Conn },
-	})
-	res, err := c.do(traced, http.MethodPost, lockSetPath(names), opts.query(true), "", opts.IdempotencyKey)
+	h, err := c.hold(ctx, lockSetPath(names), opts.query(true), opts.IdempotencyKey)
 	if err != nil {
-		stop()
-		cancel()
 		return nil, err
 	}
-	sc := bufio.NewScanner(res.Body)
-	first, err := nextEvent(sc)
-	stop()
-	if err == nil && first.kind != "acquired" {
-		err = fmt.Errorf("sidelock: first event %q, want acquired", first.kind)
-	}
-	var set SetLease
-	if err == nil {
-		err = json.Unmarshal([]byte(first.data), &set)
-	}
-	if err != nil {
-		res.Body.Close()
-		cancel()
-		return nil, err
-	}
-	h := &Held{Lease: set.Lease, events: make(chan Event, 16), cancel: cancel, done: make(chan struct{}), conn: conn}
-	go h.read(res, sc)
-	return &HeldSet{Held: h, Locks: set.Locks}, nil
+	return &HeldSet{Held: h, Locks: h.Lease.Locks}, nil
 }
 
 func decodeSetLease(res *http.Response) (SetLease, error) {
