@@ -6,23 +6,13 @@
 -- script that writes relies on effects replication).
 local key, fence_key, value, ttl = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 
-local function floor()
-	local t = redis.call('TIME')
-	local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-	local counter = tonumber(redis.call('GET', fence_key) or '0') or 0
-	if counter > now then
-		return counter
-	end
-	return now
-end
-
 if redis.call('SET', key, value, 'NX', 'PX', ttl) then
-	return {1, 0, floor()}
+	return {1, 0, fence_floor(fence_key)}
 end
 
 if redis.call('GET', key) == value then
 	redis.call('PEXPIRE', key, ttl)
-	return {1, 0, floor()}
+	return {1, 0, fence_floor(fence_key)}
 end
 
 local pttl = redis.call('PTTL', key)

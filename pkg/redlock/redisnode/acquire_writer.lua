@@ -10,22 +10,12 @@ local writer_key, fence_key, intent_key = KEYS[1], KEYS[2], KEYS[3]
 local value, ttl = ARGV[1], ARGV[2]
 local reader_keys = {unpack(KEYS, 4)}
 
-local function floor()
-	local t = redis.call('TIME')
-	local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-	local counter = tonumber(redis.call('GET', fence_key) or '0') or 0
-	if counter > now then
-		return counter
-	end
-	return now
-end
-
 -- Another writer's intent stays: it still waits.
 local function granted()
 	if redis.call('GET', intent_key) == value then
 		redis.call('DEL', intent_key)
 	end
-	return {1, 0, floor()}
+	return {1, 0, fence_floor(fence_key)}
 end
 
 -- A retried AcquireWriter whose first reply was lost must succeed again

@@ -13,6 +13,8 @@ import (
 )
 
 var (
+	//go:embed fence_floor.lua
+	fenceFloorSrc string
 	//go:embed acquire_fenced.lua
 	acquireFencedSrc string
 	//go:embed commit_fence.lua
@@ -20,7 +22,7 @@ var (
 	//go:embed get_fenced.lua
 	getFencedSrc string
 
-	acquireFencedScript = redis.NewScript(acquireFencedSrc)
+	acquireFencedScript = redis.NewScript(fenceFloorSrc + acquireFencedSrc)
 	commitFenceScript   = redis.NewScript(commitFenceSrc)
 	getFencedScript     = redis.NewScript(getFencedSrc)
 )

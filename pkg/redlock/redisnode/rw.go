@@ -18,7 +18,7 @@ var (
 	acquireWriterSrc string
 
 	acquireReaderScript = redis.NewScript(acquireReaderSrc)
-	acquireWriterScript = redis.NewScript(acquireWriterSrc)
+	acquireWriterScript = redis.NewScript(fenceFloorSrc + acquireWriterSrc)
 )
 
 var _ redlock.RWNode = (*Node)(nil)

@@ -1,0 +1,14 @@
+-- fence_floor: the fence floor of a fence key, the larger of its counter
+-- and this server's clock in microseconds. Prepended (fence.go) to every
+-- script that grants a fenced key, so they all read it alike: reading it
+-- in the same atomic step as the grant is what makes fences monotonic.
+local function fence_floor(fence_key)
+	local t = redis.call('TIME')
+	local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+	local counter = tonumber(redis.call('GET', fence_key) or '0') or 0
+	if counter > now then
+		return counter
+	end
+	return now
+end
+
