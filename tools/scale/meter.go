@@ -135,7 +135,7 @@ func (m *Master) commandCalls(ctx context.Context) (map[string]int64, error) {
 // keeps the list in step with the scripts.
 var scriptCommands = map[string]bool{
 	"set": true, "get": true, "pexpire": true, "pttl": true, "del": true, "publish": true, "time": true,
-	"zremrangebyscore": true, "zadd": true, "zrange": true, "pexpireat": true,
+	"zremrangebyscore": true, "zadd": true, "zrange": true, "pexpireat": true, "exists": true,
 }
 
 // ProcessTreeCPU is the CPU time of every thread of process pid.
