@@ -49,7 +49,8 @@ func (ft *fuzzTarget) serve(t *testing.T, req *http.Request) *httptest.ResponseR
 	// A 503 once that moment has passed is its doing (timeout): the 66
 	// reads of a read/write lock's inspection can outlast it on a busy
 	// machine.
-	if rec.Code >= 500 && !(rec.Code == http.StatusServiceUnavailable && ctx.Err() != nil) {
+	timedOut := rec.Code == http.StatusServiceUnavailable && ctx.Err() != nil
+	if rec.Code >= 500 && !timedOut {
 		t.Fatalf("%s %q: status %d: %s", req.Method, req.URL, rec.Code, rec.Body)
 	}
 	stream := rec.Header().Get("Content-Type") == "text/event-stream"
