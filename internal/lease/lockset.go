@@ -114,9 +114,6 @@ func (s LockSets) Acquire(ctx context.Context, req Request) (Info, error) {
 		one := req
 		one.Name = name
 		one.Wait = max(0, time.Until(deadline))
-		if req.Wait == 0 {
-			one.Wait = 0
-		}
 		info, err := s.m.Acquire(ctx, one)
 		if err != nil {
 			s.releaseTaken(infos, req.token)
@@ -382,8 +379,11 @@ func (s LockSets) Release(ctx context.Context, name, token string) error {
 		wg.Go(func() { errs[i] = l.release(ctx) })
 	}
 	wg.Wait()
-	if errs[0] != nil && !errors.Is(errs[0], ErrLeaseGone) {
-		return errs[0]
+	for _, err := range errs {
+		// ErrLeaseGone: a lock the set's end (another release) ended first.
+		if err != nil && !errors.Is(err, ErrLeaseGone) {
+			return err
+		}
 	}
 	return nil
 }

@@ -402,7 +402,7 @@ func (m *Manager) acquireAdmitted(ctx context.Context, l *lease) (redlock.Grant,
 	case ModeShared:
 		return m.locker.AcquireReader(ctx, l.key, l.value, l.keyTTL, m.rwKeys(l.name))
 	case ModeExclusive:
-		return m.locker.AcquireWriter(ctx, l.value, l.keyTTL, m.rwKeys(l.name))
+		return m.locker.AcquireWriter(ctx, l.value, l.keyTTL, m.writerKeys(l.name))
 	}
 	return m.locker.Acquire(ctx, l.key, l.value, l.keyTTL)
 }

@@ -65,15 +65,22 @@ func checkMode(req Request) error {
 	return invalidParam(ParamMode, "mode %q must be %q or %q", req.Mode, ModeShared, ModeExclusive)
 }
 
-// rwKeys names the keys of the read/write lock name on the masters.
+// rwKeys names the keys of the read/write lock name on the masters that a
+// reader's acquisition checks: the writer and the intent.
 func (m *Manager) rwKeys(name string) redlock.RWKeys {
-	readers := target{name: name, mode: ModeShared}
 	writer := target{name: name, mode: ModeExclusive}
-	keys := redlock.RWKeys{
-		Writer:  m.cfg.KeyPrefix + writer.resource(0),
-		Intent:  m.cfg.KeyPrefix + name + kindMark + rwIntent,
-		Readers: readers.slotResources(MaxReaders),
+	return redlock.RWKeys{
+		Writer: m.cfg.KeyPrefix + writer.resource(0),
+		Intent: m.cfg.KeyPrefix + name + kindMark + rwIntent,
 	}
+}
+
+// writerKeys is rwKeys with every reader key, which a writer's
+// acquisition checks.
+func (m *Manager) writerKeys(name string) redlock.RWKeys {
+	keys := m.rwKeys(name)
+	readers := target{name: name, mode: ModeShared}
+	keys.Readers = readers.slotResources(MaxReaders)
 	for i, r := range keys.Readers {
 		keys.Readers[i] = m.cfg.KeyPrefix + r
 	}

@@ -39,7 +39,7 @@ import (
 type RWKeys struct {
 	Writer  string   // held by the writer
 	Intent  string   // held by a writer waiting to be admitted
-	Readers []string // one per reader; a reader holds one of them
+	Readers []string // one per reader, a reader holds one; only a writer's acquisition reads them
 }
 
 // ErrReaderKeyHeld is an AcquireReader refused only because other readers
