@@ -21,9 +21,6 @@ var _ redlock.BatchExtender = (*Node)(nil)
 // ExtendMany implements redlock.BatchExtender: one script run for all
 // items, so renewing many locks costs one round trip and one script call.
 func (n *Node) ExtendMany(ctx context.Context, items []redlock.ExtendItem) ([]redlock.ExtendOutcome, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, n.wrap(ctx, "extend many", err)
-	}
 	keys := make([]string, len(items))
 	args := make([]any, 0, 2*len(items))
 	for i, it := range items {

@@ -31,9 +31,6 @@ var _ redlock.Fencer = (*Node)(nil)
 
 // AcquireFenced implements redlock.Fencer.
 func (n *Node) AcquireFenced(ctx context.Context, key, fenceKey, value string, ttl time.Duration) (bool, time.Duration, int64, error) {
-	if err := ctx.Err(); err != nil {
-		return false, 0, 0, n.wrap(ctx, "acquire", err)
-	}
 	reply, err := n.pipe.run(ctx, acquireFencedScript, []string{key, fenceKey}, value, milliseconds(ttl)).Int64Slice()
 	if err != nil {
 		return false, 0, 0, n.wrap(ctx, "acquire", err)
@@ -49,9 +46,6 @@ func (n *Node) AcquireFenced(ctx context.Context, key, fenceKey, value string, t
 
 // CommitFence implements redlock.Fencer.
 func (n *Node) CommitFence(ctx context.Context, key, fenceKey, value string, fence int64, retention time.Duration) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, n.wrap(ctx, "commit fence", err)
-	}
 	ok, err := n.pipe.run(ctx, commitFenceScript, []string{key, fenceKey}, value, fence, milliseconds(retention)).Int64()
 	if err != nil {
 		return false, n.wrap(ctx, "commit fence", err)
@@ -61,9 +55,6 @@ func (n *Node) CommitFence(ctx context.Context, key, fenceKey, value string, fen
 
 // GetFenced implements redlock.Fencer.
 func (n *Node) GetFenced(ctx context.Context, key, fenceKey string) (string, time.Duration, int64, error) {
-	if err := ctx.Err(); err != nil {
-		return "", 0, 0, n.wrap(ctx, "get", err)
-	}
 	reply, err := n.pipe.run(ctx, getFencedScript, []string{key, fenceKey}).Slice()
 	if err != nil {
 		return "", 0, 0, n.wrap(ctx, "get", err)

@@ -60,6 +60,10 @@ type call struct {
 	sendBy      time.Time
 	// seen is the master's answered-batch count when the call was queued.
 	seen uint64
+	// sentHealthy is the pipeliner's healthy when the call was taken into
+	// a batch: whether the master answered the batch before. Its own
+	// batch's failure must not decide whose fault that failure was.
+	sentHealthy bool
 	// Guarded by the pipeliner's mu: taken into a batch, or given up by
 	// its caller (then skipped).
 	taken, abandoned bool
@@ -74,6 +78,13 @@ func newCall(ctx context.Context, script *redis.Script, keys []string, args []an
 		}
 	}
 	return c
+}
+
+// lateToSend reports whether c waited in the queue past its sendBy. A call
+// whose caller allowed less than the send timeout (its sendBy passed before
+// it was queued) is sent as soon as it can be, with what time is left.
+func (c *call) lateToSend(now time.Time) bool {
+	return c.sendBy.After(c.queued) && now.After(c.sendBy)
 }
 
 // urgent reports whether script renews held locks; such calls go first.
@@ -97,9 +108,13 @@ type pipeliner struct {
 	// error replies): a call that waited while it grew waited for this
 	// sidecar, not for the master.
 	answers atomic.Uint64
-	// healthy: the latest batch sent was answered. Only then may the
-	// sidecar's starvation take the blame for a failure: a master that
-	// is down or hangs stays the master's fault however busy we are.
+	// healthy: the master answered the latest batch that could judge it
+	// (one that only timed out while this sidecar was starved of CPU
+	// cannot). Only then may the sidecar's starvation take the blame for
+	// a failure: a master that is down or hangs is the master's fault
+	// from the first batch it fails while this sidecar runs freely. (While
+	// the sidecar stays starved, a hung master's timeouts stay overload:
+	// nothing here can tell them apart.)
 	healthy atomic.Bool
 	// probe tells the sidecar's delays from the master's (internal/starvation);
 	// lastSent is its reading when the latest batch was sent.
@@ -144,7 +159,7 @@ var _ redlock.QueueingNode = (*Node)(nil)
 // reply is then dropped, as after any timeout).
 func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
-		return failed(ctx, err)
+		return failed(ctx, unqueued(ctx, err))
 	}
 	c := newCall(ctx, script, keys, args)
 	if !p.enqueue(c) {
@@ -152,6 +167,17 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	}
 	p.drive(c)
 	return p.await(c)
+}
+
+// unqueued is the error of a call whose context ended before it could be
+// queued: the caller's cancellation as is; but a redlock round's call
+// whose deadline passed before it reached the queue never left this
+// sidecar, so that is local overload, whatever the master's state.
+func unqueued(ctx context.Context, err error) error {
+	if _, ok := redlock.SendTimeout(ctx); ok && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: the call's time was up before it could be queued (%w)", redlock.ErrOverloaded, err)
+	}
+	return err
 }
 
 // await waits for c's reply. A call still queued when its caller gives up
@@ -180,16 +206,34 @@ func (p *pipeliner) await(c *call) *redis.Cmd {
 }
 
 // expired is the error of a call whose context ended before its reply:
-// the caller's cancellation as is; a deadline, as local overload when the
-// sidecar was starved of CPU while the call was out or queued (its reply
-// may be sitting unread), else as the timeout it is.
+// the caller's cancellation as is; a deadline, for a call never sent, as
+// unsent; for a call sent, as local overload when the sidecar was starved
+// of CPU while the call was out (its reply may be sitting unread) and the
+// master was answering before it, else as the timeout it is.
 func (p *pipeliner) expired(c *call) error {
-	p.abandon(c)
+	sent, healthy := p.sentWhile(c)
 	err := c.ctx.Err()
-	if errors.Is(err, context.DeadlineExceeded) && c.sendTimeout > 0 && p.healthy.Load() && p.starvedSinceLastSend() {
+	switch {
+	case !errors.Is(err, context.DeadlineExceeded) || c.sendTimeout == 0:
+		return err
+	case !sent:
+		return p.unsent(c)
+	case healthy && p.starvedSinceLastSend():
 		return fmt.Errorf("%w: the sidecar was starved of CPU while the call was out (%w)", redlock.ErrOverloaded, err)
 	}
 	return err
+}
+
+// sentWhile takes c out of the queue if it is still there, and says
+// whether it was sent, and whether the master was answering then.
+func (p *pipeliner) sentWhile(c *call) (sent, healthy bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.taken {
+		return true, c.sentHealthy
+	}
+	c.abandoned = true
+	return false, false
 }
 
 // abandon takes c out of the queue if it is still there.
@@ -288,23 +332,31 @@ func answered(c *call) bool {
 }
 
 // take makes the next batch: renewals first, then the rest in order,
-// skipping calls their callers gave up.
+// skipping calls their callers gave up and calls late to send: the master
+// would not get its whole timeout (their callers' own timers, late to
+// fire, fail them as unsent).
 func (p *pipeliner) take() []*call {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var batch []*call
-	batch, p.urgent = takeFrom(batch, p.urgent)
-	batch, p.queue = takeFrom(batch, p.queue)
+	healthy, now := p.healthy.Load(), time.Now()
+	batch, p.urgent = takeFrom(batch, p.urgent, healthy, now)
+	batch, p.queue = takeFrom(batch, p.queue, healthy, now)
 	return batch
 }
 
 // takeFrom moves calls from queue to batch until the batch is full,
-// marking them taken. The caller holds the pipeliner's mu.
-func takeFrom(batch, queue []*call) ([]*call, []*call) {
+// marking them taken, with the master's health as they are sent. The
+// caller holds the pipeliner's mu.
+func takeFrom(batch, queue []*call, healthy bool, now time.Time) ([]*call, []*call) {
 	i := 0
 	for ; i < len(queue) && len(batch) < maxBatch; i++ {
-		if c := queue[i]; !c.abandoned {
-			c.taken = true
+		c := queue[i]
+		if c.lateToSend(now) {
+			c.abandoned = true
+		}
+		if !c.abandoned {
+			c.taken, c.sentHealthy = true, healthy
 			batch = append(batch, c)
 		}
 	}
@@ -344,14 +396,18 @@ func (p *pipeliner) exec(slot int, batch []*call) {
 	defer cancel()
 	base := p.probe.Read(lateness(batch))
 	p.lastSent.Store(&base)
+	wasHealthy := p.healthy.Load() // before this batch, which must not judge itself
 	cmds := p.send(ctx, slot, batch)
 	answered := serverAnswered(cmds)
-	if answered {
+	switch {
+	case answered:
 		p.answers.Add(1)
-	} else if p.healthy.Load() && p.probe.StarvedSince(base) {
-		blameSidecar(cmds)
+		p.healthy.Store(true)
+	case wasHealthy && p.probe.StarvedSince(base) && blameSidecar(cmds):
+		// A starved batch that only timed out cannot judge the master.
+	default:
+		p.healthy.Store(false)
 	}
-	p.healthy.Store(answered)
 	var retry []int
 	for i, cmd := range cmds {
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
@@ -442,13 +498,19 @@ func lateness(batch []*call) time.Duration {
 
 // blameSidecar turns the timeouts of a batch sent while the sidecar was
 // starved of CPU into local overload: it cannot tell whether the master
-// was slow. Other failures (a refused connection) stay the master's.
-func blameSidecar(cmds []*redis.Cmd) {
+// was slow. Other failures (a refused connection) stay the master's; it
+// reports whether there were none.
+func blameSidecar(cmds []*redis.Cmd) (onlyTimeouts bool) {
+	onlyTimeouts = true
 	for _, cmd := range cmds {
-		if err := cmd.Err(); isTimeout(err) {
+		switch err := cmd.Err(); {
+		case isTimeout(err):
 			cmd.SetErr(fmt.Errorf("%w: the sidecar was starved of CPU while the call was out (%w)", redlock.ErrOverloaded, err))
+		case err != nil:
+			onlyTimeouts = false
 		}
 	}
+	return onlyTimeouts
 }
 
 func isTimeout(err error) bool {

@@ -269,9 +269,6 @@ func (n *Node) Addr() string { return n.addr }
 
 // Acquire implements redlock.Node.
 func (n *Node) Acquire(ctx context.Context, key, value string, ttl time.Duration) (bool, time.Duration, error) {
-	if err := ctx.Err(); err != nil {
-		return false, 0, n.wrap(ctx, "acquire", err)
-	}
 	reply, err := n.pipe.run(ctx, acquireScript, []string{key}, value, milliseconds(ttl)).Int64Slice()
 	if err != nil {
 		return false, 0, n.wrap(ctx, "acquire", err)
@@ -287,9 +284,6 @@ func (n *Node) Acquire(ctx context.Context, key, value string, ttl time.Duration
 
 // Extend implements redlock.Node.
 func (n *Node) Extend(ctx context.Context, key, value string, ttl time.Duration) (redlock.ExtendOutcome, error) {
-	if err := ctx.Err(); err != nil {
-		return redlock.ExtendHeldByOther, n.wrap(ctx, "extend", err)
-	}
 	reply, err := n.pipe.run(ctx, extendScript, []string{key}, value, milliseconds(ttl)).Int64()
 	if err != nil {
 		return redlock.ExtendHeldByOther, n.wrap(ctx, "extend", err)
@@ -312,9 +306,6 @@ func extendOutcome(reply int64) (redlock.ExtendOutcome, error) {
 
 // Release implements redlock.Node.
 func (n *Node) Release(ctx context.Context, key, value string) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, n.wrap(ctx, "release", err)
-	}
 	released, err := n.pipe.run(ctx, releaseScript, []string{key}, value).Bool()
 	if err != nil {
 		return false, n.wrap(ctx, "release", err)
@@ -324,9 +315,6 @@ func (n *Node) Release(ctx context.Context, key, value string) (bool, error) {
 
 // Get implements redlock.Node.
 func (n *Node) Get(ctx context.Context, key string) (string, time.Duration, error) {
-	if err := ctx.Err(); err != nil {
-		return "", 0, n.wrap(ctx, "get", err)
-	}
 	reply, err := n.pipe.run(ctx, getScript, []string{key}).Slice()
 	if errors.Is(err, redis.Nil) {
 		return "", 0, nil
