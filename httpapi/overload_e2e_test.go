@@ -189,6 +189,7 @@ func TestBurstOfTryOnceIsOverloadNotNoQuorum(t *testing.T) {
 	}
 	obs := &renewalCounter{}
 	srv := realAPI(t, redistest.StartN(t, 3), obs)
+	redistest.YieldToMasters(t) // as if the masters had hosts of their own
 	stop := make(chan struct{})
 	done := heartbeats(t, srv, 20, 20*time.Millisecond, stop)
 	counts := burst(t, srv, "burst", 1000)
