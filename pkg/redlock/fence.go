@@ -23,6 +23,11 @@ import (
 //     only while it still holds the key for this grant. The grant is final
 //     only when a majority committed.
 //
+// With a single master (OneRoundFencer) both steps are one: the master
+// takes the key, reads its floor and commits F in the same atomic step,
+// and being the whole majority, its commit is final at once; the argument
+// below holds with M0 = M1 = that master.
+//
 // Why F is greater than any earlier final fence F0: F0 was committed on a
 // majority M0, each master of M0 while it held the key for that grant, so
 // before this grant could take the key there. This grant's acquire majority
@@ -85,8 +90,12 @@ func (l *Locker) RaiseFence(ctx context.Context, key, value string, fence int64)
 	return err
 }
 
-// acquireFenced runs both rounds; on any failure it releases everywhere.
+// acquireFenced runs both rounds, or the one that does both on a single
+// master; on any failure it releases everywhere.
 func (l *Locker) acquireFenced(ctx context.Context, key, value string, ttl time.Duration, floor int64) (Grant, error) {
+	if one, ok := l.oneRoundFencer(); ok {
+		return l.acquireInOneRound(ctx, one, key, value, ttl, floor)
+	}
 	start := l.now()
 	fenceKey := FenceKey(key)
 	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
@@ -94,6 +103,33 @@ func (l *Locker) acquireFenced(ctx context.Context, key, value string, ttl time.
 		return reply{ok: ok, held: err == nil && !ok, ttl: holderTTL, fence: floor, err: err}
 	})
 	return l.grantFenced(ctx, key, value, replies, start, ttl, floor)
+}
+
+// oneRoundFencer is the Locker's only master, when it has one and that
+// master can take a key and commit its fence at once.
+func (l *Locker) oneRoundFencer() (OneRoundFencer, bool) {
+	if len(l.nodes) != 1 {
+		return nil, false
+	}
+	one, ok := l.nodes[0].(OneRoundFencer)
+	return one, ok
+}
+
+// acquireInOneRound grants a fenced key on a single master in one round:
+// the fence is committed in the same atomic step that takes the key.
+func (l *Locker) acquireInOneRound(ctx context.Context, one OneRoundFencer, key, value string, ttl time.Duration, floor int64) (Grant, error) {
+	start := l.now()
+	replies := fanOut(ctx, l, func(ctx context.Context, _ Node) reply {
+		ok, holderTTL, fence, err := one.AcquireCommitted(ctx, key, FenceKey(key), value, ttl, floor, l.fenceRetention)
+		return reply{ok: ok, held: err == nil && !ok, ttl: holderTTL, fence: fence, err: err}
+	})
+	t := tally(replies)
+	grant, err := l.judge(t, start, ttl)
+	if err != nil {
+		return Grant{}, l.failAcquire(ctx, key, value, replies, t, err)
+	}
+	grant.Fence = maxFence(replies)
+	return grant, nil
 }
 
 // grantFenced judges a fenced acquisition round and commits the fence

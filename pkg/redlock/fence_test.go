@@ -2,8 +2,10 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,5 +149,68 @@ func TestAcquireAboveWithoutFencingIsAcquire(t *testing.T) {
 	}
 	if err := l.RaiseFence(context.Background(), "k", "v", 100); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// commitCounter counts the separate fence-commit rounds a master sees.
+type commitCounter struct {
+	*memnode.Node
+	commits atomic.Int64
+}
+
+func (c *commitCounter) CommitFence(ctx context.Context, key, fenceKey, value string, fence int64, retention time.Duration) (bool, error) {
+	c.commits.Add(1)
+	return c.Node.CommitFence(ctx, key, fenceKey, value, fence, retention)
+}
+
+// With a single master a fenced grant is one round, with no separate
+// commit, and keeps every promise of the two-round grant: fences strictly
+// increase (the clock frozen, so only the committed counter can order
+// them), a fence asked above a floor is above it, and a held key is
+// refused. With three masters the commit round stays.
+func TestOneMasterGrantsAFencedKeyInOneRound(t *testing.T) {
+	ctx := context.Background()
+	mem, _ := frozenMasters(1)
+	master := &commitCounter{Node: mem[0]}
+	l, err := redlock.New([]redlock.Node{master}, redlock.Config{Fencing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for i := range 50 {
+		value := fmt.Sprintf("v%d", i)
+		g, err := l.Acquire(ctx, "k", value, 10*time.Second)
+		if err != nil || g.Fence <= last {
+			t.Fatalf("grant %d: fence %d, %v; want above %d", i, g.Fence, err, last)
+		}
+		last = g.Fence
+		if _, err := l.Acquire(ctx, "k", "other", 10*time.Second); !errors.Is(err, redlock.ErrLockHeld) {
+			t.Fatalf("grant of a held key: %v, want ErrLockHeld", err)
+		}
+		_ = l.Release(ctx, "k", value)
+	}
+	if g, err := l.AcquireAbove(ctx, "k", "above", 10*time.Second, last+1000); err != nil || g.Fence != last+1001 {
+		t.Fatalf("AcquireAbove: fence %d, %v; want %d", g.Fence, err, last+1001)
+	}
+	if n := master.commits.Load(); n != 0 {
+		t.Fatalf("%d separate commit rounds with one master, want 0", n)
+	}
+
+	mem, _ = frozenMasters(3)
+	three := make([]redlock.Node, len(mem))
+	counters := make([]*commitCounter, len(mem))
+	for i, m := range mem {
+		counters[i] = &commitCounter{Node: m}
+		three[i] = counters[i]
+	}
+	l, err = redlock.New(three, redlock.Config{Fencing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, "k", "v", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := counters[0].commits.Load(); n != 1 {
+		t.Fatalf("%d commit rounds on a master of three, want 1", n)
 	}
 }

@@ -128,3 +128,17 @@ type Fencer interface {
 	// absent).
 	GetFenced(ctx context.Context, key, fenceKey string) (value string, ttl time.Duration, fence int64, err error)
 }
+
+// OneRoundFencer is implemented by Fencers that can also take a key and
+// commit its fence in one atomic step. With a single master the Locker
+// then grants a fenced key in one round instead of two: that master is the
+// whole majority, so a fence committed while it takes the key is final at
+// once (see fence.go).
+type OneRoundFencer interface {
+	Fencer
+	// AcquireCommitted is AcquireFenced that, when value holds key
+	// afterwards, also raises the counter at fenceKey to the fence
+	// max(floor, above)+1, with ttl retention, in the same atomic step,
+	// and returns that fence.
+	AcquireCommitted(ctx context.Context, key, fenceKey, value string, ttl time.Duration, above int64, retention time.Duration) (acquired bool, holderTTL time.Duration, fence int64, err error)
+}

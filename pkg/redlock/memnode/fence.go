@@ -24,6 +24,23 @@ func (n *Node) AcquireFenced(ctx context.Context, key, fenceKey, value string, t
 	return true, 0, max(n.counter(fenceKey, now), now.UnixMicro()), nil
 }
 
+// AcquireCommitted implements redlock.OneRoundFencer.
+func (n *Node) AcquireCommitted(ctx context.Context, key, fenceKey, value string, ttl time.Duration, above int64, retention time.Duration) (bool, time.Duration, int64, error) {
+	if err := n.enter(ctx, "acquire"); err != nil {
+		return false, 0, 0, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	if held, ok := n.lookup(key, now); ok && held.value != value {
+		return false, held.expiresAt.Sub(now), 0, nil
+	}
+	n.store(key, value, ttl, now)
+	fence := max(n.counter(fenceKey, now), now.UnixMicro(), above) + 1
+	n.store(fenceKey, strconv.FormatInt(fence, 10), retention, now)
+	return true, 0, fence, nil
+}
+
 // CommitFence implements redlock.Fencer.
 func (n *Node) CommitFence(ctx context.Context, key, fenceKey, value string, fence int64, retention time.Duration) (bool, error) {
 	if err := n.enter(ctx, "commit fence"); err != nil {

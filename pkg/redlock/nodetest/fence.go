@@ -127,3 +127,63 @@ func testFenceHeldByOther(t *testing.T, s *suite) {
 		t.Fatalf("AcquireFenced by another: ok=%v ttl=%v floor=%d err=%v", ok, holderTTL, floor, err)
 	}
 }
+
+// oneRound returns the node as a OneRoundFencer, or skips the test.
+func (s *suite) oneRound(t *testing.T) redlock.OneRoundFencer {
+	t.Helper()
+	f, ok := s.node.(redlock.OneRoundFencer)
+	if !ok {
+		t.Skip("the node does not implement redlock.OneRoundFencer")
+	}
+	return f
+}
+
+func (s *suite) acquireCommitted(t *testing.T, f redlock.OneRoundFencer, value string, above int64) int64 {
+	t.Helper()
+	ok, _, fence, err := f.AcquireCommitted(s.ctx, s.key, s.fenceKey(), value, longTTL, above, longTTL)
+	if err != nil || !ok {
+		t.Fatalf("AcquireCommitted: acquired=%v err=%v", ok, err)
+	}
+	return fence
+}
+
+// Taking a key in one round commits its fence at once: the counter is the
+// fence, every later grant's fence is larger, and a fence asked to be
+// above a given floor is that floor plus one when the floor is larger.
+func testFenceOneRoundCommits(t *testing.T, s *suite) {
+	f := s.oneRound(t)
+	first := s.acquireCommitted(t, f, "A", 0)
+	if got := s.counter(t, f); got != first {
+		t.Fatalf("counter after a one-round grant = %d, want its fence %d", got, first)
+	}
+	if _, err := s.node.Release(s.ctx, s.key, "A"); err != nil {
+		t.Fatal(err)
+	}
+	second := s.acquireCommitted(t, f, "B", 0)
+	if second <= first {
+		t.Fatalf("the next grant's fence %d is not above %d", second, first)
+	}
+	if floor := s.acquireFenced(t, f, "B"); floor < second {
+		t.Fatalf("a two-round grant reads the floor %d, below the committed %d", floor, second)
+	}
+	above := second + int64(time.Hour/time.Microsecond)
+	if got := s.acquireCommitted(t, f, "B", above); got != above+1 {
+		t.Fatalf("fence asked above %d = %d, want %d", above, got, above+1)
+	}
+	if got := s.counter(t, f); got != above+1 {
+		t.Fatalf("counter = %d, want %d", got, above+1)
+	}
+}
+
+// A key held by another is neither taken nor has its counter moved.
+func testFenceOneRoundNeedsTheKey(t *testing.T, s *suite) {
+	f := s.oneRound(t)
+	held := s.acquireCommitted(t, f, "A", 0)
+	ok, holderTTL, fence, err := f.AcquireCommitted(s.ctx, s.key, s.fenceKey(), "B", longTTL, held+1000, longTTL)
+	if err != nil || ok || fence != 0 || holderTTL <= 0 {
+		t.Fatalf("AcquireCommitted of a held key: acquired=%v holderTTL=%v fence=%d err=%v; want refused with the holder's ttl", ok, holderTTL, fence, err)
+	}
+	if got := s.counter(t, f); got != held {
+		t.Fatalf("counter = %d after a refused grant, want %d", got, held)
+	}
+}

@@ -89,6 +89,9 @@ func Run(t *testing.T, newNode func(t *testing.T) redlock.Node) {
 		{"FenceCommitNeedsTheKey", testFenceCommitNeedsKey},
 		{"FenceCounterExpires", testFenceCounterExpires},
 		{"FenceNotReadForAHeldKey", testFenceHeldByOther},
+		// Skipped for nodes that do not implement redlock.OneRoundFencer.
+		{"FenceOneRoundCommits", testFenceOneRoundCommits},
+		{"FenceOneRoundNeedsTheKey", testFenceOneRoundNeedsTheKey},
 		// Skipped for nodes that do not implement redlock.BatchExtender.
 		{"ExtendManyIsExtendForEach", testExtendMany},
 		// Skipped for nodes that do not implement redlock.MemberRecorder.

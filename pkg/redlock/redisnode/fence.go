@@ -21,17 +21,38 @@ var (
 	commitFenceSrc string
 	//go:embed get_fenced.lua
 	getFencedSrc string
+	//go:embed acquire_committed.lua
+	acquireCommittedSrc string
 
-	acquireFencedScript = redis.NewScript(fenceFloorSrc + acquireFencedSrc)
-	commitFenceScript   = redis.NewScript(commitFenceSrc)
-	getFencedScript     = redis.NewScript(getFencedSrc)
+	acquireFencedScript    = redis.NewScript(fenceFloorSrc + acquireFencedSrc)
+	commitFenceScript      = redis.NewScript(commitFenceSrc)
+	getFencedScript        = redis.NewScript(getFencedSrc)
+	acquireCommittedScript = redis.NewScript(fenceFloorSrc + acquireCommittedSrc)
 )
 
-var _ redlock.Fencer = (*Node)(nil)
+var (
+	_ redlock.Fencer         = (*Node)(nil)
+	_ redlock.OneRoundFencer = (*Node)(nil)
+)
 
 // AcquireFenced implements redlock.Fencer.
 func (n *Node) AcquireFenced(ctx context.Context, key, fenceKey, value string, ttl time.Duration) (bool, time.Duration, int64, error) {
 	reply, err := n.pipe.run(ctx, acquireFencedScript, []string{key, fenceKey}, value, milliseconds(ttl)).Int64Slice()
+	if err != nil {
+		return false, 0, 0, n.wrap(ctx, "acquire", err)
+	}
+	if len(reply) != 3 {
+		return false, 0, 0, n.wrap(ctx, "acquire", fmt.Errorf("unexpected script reply %v", reply))
+	}
+	if reply[0] == 1 {
+		return true, 0, reply[2], nil
+	}
+	return false, time.Duration(reply[1]) * time.Millisecond, 0, nil
+}
+
+// AcquireCommitted implements redlock.OneRoundFencer.
+func (n *Node) AcquireCommitted(ctx context.Context, key, fenceKey, value string, ttl time.Duration, above int64, retention time.Duration) (bool, time.Duration, int64, error) {
+	reply, err := n.pipe.run(ctx, acquireCommittedScript, []string{key, fenceKey}, value, milliseconds(ttl), above, milliseconds(retention)).Int64Slice()
 	if err != nil {
 		return false, 0, 0, n.wrap(ctx, "acquire", err)
 	}
