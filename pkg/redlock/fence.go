@@ -28,6 +28,18 @@ import (
 // and being the whole majority, its commit is final at once; the argument
 // below holds with M0 = M1 = that master.
 //
+// With several masters (all OneRoundFencers) the Locker first proposes a
+// fence P: its clock in µs plus proposalLead, and above any floor it was
+// asked for. Each master takes the key and, in the same atomic step,
+// commits P only if P is above its floor. When a majority committed P, P
+// is final at once: it was committed on a majority, each master of it
+// while it held the key for this grant, which is all the argument below
+// asks of M0. Otherwise the commit round runs as above, with F above
+// every floor read and above P (so above the counters that committed
+// it). A proposal only saves a round; whether it is committed depends on
+// clocks (a caller whose clock runs behind a master's, or behind another
+// caller's recent proposal, gets two rounds), its correctness does not.
+//
 // Why F is greater than any earlier final fence F0: F0 was committed on a
 // majority M0, each master of M0 while it held the key for that grant, so
 // before this grant could take the key there. This grant's acquire majority
@@ -45,6 +57,8 @@ import (
 // A master that loses its data (restart without persistence) loses its
 // counters too; the clock floor still puts it above old fences under the
 // same clock assumption, and the restart guard keeps it out of quorums.
+// Proposals put fences up to proposalLead (plus the caller's clock error)
+// ahead of the masters' clocks, well within that bound.
 
 // fenceKeySuffix uses '#', which lock names may not contain, so a fence key
 // never collides with a lock's key.
@@ -96,6 +110,9 @@ func (l *Locker) acquireFenced(ctx context.Context, key, value string, ttl time.
 	if one, ok := l.oneRoundFencer(); ok {
 		return l.acquireInOneRound(ctx, one, key, value, ttl, floor)
 	}
+	if l.allOneRoundFencers() {
+		return l.acquireProposed(ctx, key, value, ttl, floor)
+	}
 	start := l.now()
 	fenceKey := FenceKey(key)
 	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
@@ -130,6 +147,54 @@ func (l *Locker) acquireInOneRound(ctx context.Context, one OneRoundFencer, key,
 	}
 	grant.Fence = maxFence(replies)
 	return grant, nil
+}
+
+// proposalLead is how far ahead of the Locker's clock a fence proposal
+// is: enough to stay above the masters' clock floors while the call
+// travels and when clocks differ a little, small next to FenceRetention.
+const proposalLead = time.Second
+
+func (l *Locker) allOneRoundFencers() bool {
+	for _, n := range l.nodes {
+		if _, ok := n.(OneRoundFencer); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// acquireProposed takes the key with a fence proposal; when a majority
+// committed it, the grant is final in this one round, else the commit
+// round follows (grantFenced).
+func (l *Locker) acquireProposed(ctx context.Context, key, value string, ttl time.Duration, floor int64) (Grant, error) {
+	start := l.now()
+	proposal := max(start.Add(proposalLead).UnixMicro(), floor+1)
+	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
+		ok, holderTTL, fence, committed, err := n.(OneRoundFencer).AcquireProposed(ctx, key, FenceKey(key), value, ttl, proposal, l.fenceRetention)
+		return reply{ok: ok, held: err == nil && !ok, ttl: holderTTL, fence: fence, committed: committed, err: err}
+	})
+	if committedBy(replies) < l.quorum {
+		return l.grantFenced(ctx, key, value, replies, start, ttl, floor)
+	}
+	t := tally(replies)
+	grant, err := l.judge(t, start, ttl)
+	if err != nil {
+		return Grant{}, l.failAcquire(ctx, key, value, replies, t, err)
+	}
+	grant.Fence = proposal
+	return grant, nil
+}
+
+// committedBy counts the masters that took the key and committed the
+// proposal, among those that count.
+func committedBy(replies []reply) int {
+	n := 0
+	for _, r := range replies {
+		if r.ok && r.committed {
+			n++
+		}
+	}
+	return n
 }
 
 // grantFenced judges a fenced acquisition round and commits the fence

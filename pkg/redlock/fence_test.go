@@ -167,7 +167,7 @@ func (c *commitCounter) CommitFence(ctx context.Context, key, fenceKey, value st
 // commit, and keeps every promise of the two-round grant: fences strictly
 // increase (the clock frozen, so only the committed counter can order
 // them), a fence asked above a floor is above it, and a held key is
-// refused. With three masters the commit round stays.
+// refused.
 func TestOneMasterGrantsAFencedKeyInOneRound(t *testing.T) {
 	ctx := context.Background()
 	mem, _ := frozenMasters(1)
@@ -195,22 +195,110 @@ func TestOneMasterGrantsAFencedKeyInOneRound(t *testing.T) {
 	if n := master.commits.Load(); n != 0 {
 		t.Fatalf("%d separate commit rounds with one master, want 0", n)
 	}
+}
 
-	mem, _ = frozenMasters(3)
-	three := make([]redlock.Node, len(mem))
-	counters := make([]*commitCounter, len(mem))
+// countedMasters wraps n frozen masters, counting separate commit rounds.
+func countedMasters(n int) ([]*memnode.Node, []*commitCounter, []redlock.Node) {
+	mem, _ := frozenMasters(n)
+	counters := make([]*commitCounter, n)
+	nodes := make([]redlock.Node, n)
 	for i, m := range mem {
 		counters[i] = &commitCounter{Node: m}
-		three[i] = counters[i]
+		nodes[i] = counters[i]
 	}
-	l, err = redlock.New(three, redlock.Config{Fencing: true})
+	return mem, counters, nodes
+}
+
+func commitRounds(counters []*commitCounter) int64 {
+	var n int64
+	for _, c := range counters {
+		n += c.commits.Load()
+	}
+	return n
+}
+
+// With several masters a grant is one round when a majority commits the
+// Locker's proposal, and two when it does not (here: the Locker's clock
+// behind the masters' floors). Either way the fence is above every fence
+// before it.
+func TestSeveralMastersGrantInOneRoundWhenAMajorityCommitsTheProposal(t *testing.T) {
+	ctx := context.Background()
+	_, counters, nodes := countedMasters(3)
+	var clock atomic.Int64 // the Locker's clock, µs after the masters' frozen one
+	frozen := time.Unix(1_700_000_000, 0)
+	l, err := redlock.New(nodes, redlock.Config{Fencing: true, Now: func() time.Time { return frozen.Add(time.Duration(clock.Load()) * time.Microsecond) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Acquire(ctx, "k", "v", 10*time.Second); err != nil {
-		t.Fatal(err)
+	var last int64
+	acquire := func(what string, wantCommits int64) {
+		t.Helper()
+		before := commitRounds(counters)
+		g, err := l.Acquire(ctx, "k", what, 10*time.Second)
+		if err != nil || g.Fence <= last {
+			t.Fatalf("%s: fence %d, %v; want above %d", what, g.Fence, err, last)
+		}
+		last = g.Fence
+		if got := commitRounds(counters) - before; got != wantCommits {
+			t.Fatalf("%s: %d commit calls, want %d", what, got, wantCommits)
+		}
+		_ = l.Release(ctx, "k", what)
 	}
-	if n := counters[0].commits.Load(); n != 1 {
-		t.Fatalf("%d commit rounds on a master of three, want 1", n)
+	acquire("first, clock in step", 0)
+	clock.Add(1000)
+	acquire("clock moved on", 0)
+	clock.Store(-int64(time.Hour / time.Microsecond))
+	acquire("clock an hour behind", 3)
+	acquire("still behind, above the last commit", 3)
+}
+
+// Fences strictly increase whatever the callers' clocks say: several
+// Lockers over the same masters, each grant through a random majority by a
+// Locker whose clock is anywhere from an hour behind to an hour ahead of
+// the others', so that proposals are committed by all, some or none of a
+// majority. A proposal committed by a minority must not become the fence.
+func TestProposedFencesIncreaseWhateverTheCallersClocks(t *testing.T) {
+	const n = 3
+	mem, counters, nodes := countedMasters(n)
+	rng := rand.New(rand.NewPCG(7, 11))
+	skews := []time.Duration{-time.Hour, -2 * time.Second, -time.Millisecond, 0, time.Millisecond, 2 * time.Second, time.Hour}
+	lockers := make([]*redlock.Locker, len(skews))
+	for i, skew := range skews {
+		l, err := redlock.New(nodes, redlock.Config{Fencing: true, Now: func() time.Time { return time.Now().Add(skew) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lockers[i] = l
 	}
+	var last int64
+	oneRound := 0
+	for i := range 600 {
+		down := rng.Perm(n)[:rng.IntN(n/2+1)]
+		for _, d := range down {
+			mem[d].SetDown(true)
+		}
+		value := fmt.Sprintf("v%d", i)
+		before := commitRounds(counters)
+		g, err := lockers[rng.IntN(len(lockers))].Acquire(context.Background(), "k", value, 10*time.Second)
+		for _, d := range down {
+			mem[d].SetDown(false)
+		}
+		if err != nil {
+			t.Fatalf("grant %d with %v down: %v", i, down, err)
+		}
+		if g.Fence <= last {
+			t.Fatalf("grant %d fence %d not above the previous %d (down %v)", i, g.Fence, last, down)
+		}
+		last = g.Fence
+		if commitRounds(counters) == before {
+			oneRound++
+		}
+		for _, m := range mem {
+			m.Release(context.Background(), "k", value)
+		}
+	}
+	if oneRound == 0 || oneRound == 600 {
+		t.Fatalf("%d of 600 grants in one round: the test must see both kinds", oneRound)
+	}
+	t.Logf("%d of 600 grants in one round", oneRound)
 }

@@ -130,10 +130,11 @@ type Fencer interface {
 }
 
 // OneRoundFencer is implemented by Fencers that can also take a key and
-// commit its fence in one atomic step. With a single master the Locker
-// then grants a fenced key in one round instead of two: that master is the
-// whole majority, so a fence committed while it takes the key is final at
-// once (see fence.go).
+// commit its fence in one atomic step. The Locker then grants a fenced key
+// in one round instead of two: with a single master always (that master is
+// the whole majority, so a fence committed while it takes the key is final
+// at once), with several whenever a majority commits the Locker's proposal
+// (see fence.go).
 type OneRoundFencer interface {
 	Fencer
 	// AcquireCommitted is AcquireFenced that, when value holds key
@@ -141,4 +142,13 @@ type OneRoundFencer interface {
 	// max(floor, above)+1, with ttl retention, in the same atomic step,
 	// and returns that fence.
 	AcquireCommitted(ctx context.Context, key, fenceKey, value string, ttl time.Duration, above int64, retention time.Duration) (acquired bool, holderTTL time.Duration, fence int64, err error)
+
+	// AcquireProposed is AcquireFenced that, when value holds key
+	// afterwards and proposal is above the floor, also raises the counter
+	// at fenceKey to proposal, with ttl retention, in the same atomic
+	// step. It returns proposal and committed=true then; otherwise the
+	// floor it read, and the counter is untouched. With several masters a
+	// grant whose majority all committed one proposal needs no commit
+	// round (see fence.go).
+	AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (acquired bool, holderTTL time.Duration, fence int64, committed bool, err error)
 }

@@ -433,6 +433,9 @@ type reply struct {
 	ttl   time.Duration // the holder's remaining ttl, or the key's for Get
 	value string        // Get only
 	fence int64         // the fence floor (acquire) or counter (get)
+	// committed: the acquire also committed the Locker's fence proposal
+	// (OneRoundFencer.AcquireProposed); fence is that proposal.
+	committed bool
 	// missing: an extend found the key absent (and wrote nothing); it
 	// counts neither for nor against a quorum.
 	missing bool

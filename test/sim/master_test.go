@@ -518,6 +518,32 @@ func (l *link) AcquireFenced(ctx context.Context, key, fenceKey, value string, t
 	return ok, holderTTL, floor, nil
 }
 
+func (l *link) AcquireCommitted(ctx context.Context, key, fenceKey, value string, ttl time.Duration, above int64, retention time.Duration) (bool, time.Duration, int64, error) {
+	var ok bool
+	var holderTTL time.Duration
+	var fence int64
+	if err := l.do(ctx, "acquire", []string{key}, func() (e error) {
+		ok, holderTTL, fence, e = l.m.mem.AcquireCommitted(bg, key, fenceKey, value, ttl, above, retention)
+		return e
+	}); err != nil {
+		return false, 0, 0, err
+	}
+	return ok, holderTTL, fence, nil
+}
+
+func (l *link) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (bool, time.Duration, int64, bool, error) {
+	var ok, committed bool
+	var holderTTL time.Duration
+	var fence int64
+	if err := l.do(ctx, "acquire", []string{key}, func() (e error) {
+		ok, holderTTL, fence, committed, e = l.m.mem.AcquireProposed(bg, key, fenceKey, value, ttl, proposal, retention)
+		return e
+	}); err != nil {
+		return false, 0, 0, false, err
+	}
+	return ok, holderTTL, fence, committed, nil
+}
+
 func (l *link) CommitFence(ctx context.Context, key, fenceKey, value string, fence int64, retention time.Duration) (bool, error) {
 	var ok bool
 	if err := l.do(ctx, "commit", []string{key}, func() (e error) {
@@ -646,6 +672,7 @@ func (l *link) NotifyConnections(f func()) {
 var (
 	_ redlock.Node               = (*link)(nil)
 	_ redlock.Fencer             = (*link)(nil)
+	_ redlock.OneRoundFencer     = (*link)(nil)
 	_ redlock.BatchExtender      = (*link)(nil)
 	_ redlock.ServerInfoReader   = (*link)(nil)
 	_ redlock.ReleaseWatcher     = (*link)(nil)

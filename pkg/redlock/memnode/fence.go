@@ -41,6 +41,26 @@ func (n *Node) AcquireCommitted(ctx context.Context, key, fenceKey, value string
 	return true, 0, fence, nil
 }
 
+// AcquireProposed implements redlock.OneRoundFencer.
+func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (bool, time.Duration, int64, bool, error) {
+	if err := n.enter(ctx, "acquire"); err != nil {
+		return false, 0, 0, false, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	if held, ok := n.lookup(key, now); ok && held.value != value {
+		return false, held.expiresAt.Sub(now), 0, false, nil
+	}
+	n.store(key, value, ttl, now)
+	floor := max(n.counter(fenceKey, now), now.UnixMicro())
+	if proposal <= floor {
+		return true, 0, floor, false, nil
+	}
+	n.store(fenceKey, strconv.FormatInt(proposal, 10), retention, now)
+	return true, 0, proposal, true, nil
+}
+
 // CommitFence implements redlock.Fencer.
 func (n *Node) CommitFence(ctx context.Context, key, fenceKey, value string, fence int64, retention time.Duration) (bool, error) {
 	if err := n.enter(ctx, "commit fence"); err != nil {

@@ -187,3 +187,53 @@ func testFenceOneRoundNeedsTheKey(t *testing.T, s *suite) {
 		t.Fatalf("counter = %d after a refused grant, want %d", got, held)
 	}
 }
+
+func (s *suite) acquireProposed(t *testing.T, f redlock.OneRoundFencer, value string, proposal int64) (int64, bool) {
+	t.Helper()
+	ok, _, fence, committed, err := f.AcquireProposed(s.ctx, s.key, s.fenceKey(), value, longTTL, proposal, longTTL)
+	if err != nil || !ok {
+		t.Fatalf("AcquireProposed: acquired=%v err=%v", ok, err)
+	}
+	return fence, committed
+}
+
+// A proposal above the floor is committed as the key is taken: the counter
+// is the proposal. One at or below the floor takes the key all the same
+// but commits nothing, and the answer is the floor, so the caller can
+// commit above it in a second round.
+func testFenceProposalAboveTheFloor(t *testing.T, s *suite) {
+	f := s.oneRound(t)
+	floor := s.acquireFenced(t, f, "A")
+	proposal := floor + int64(time.Hour/time.Microsecond)
+	if fence, committed := s.acquireProposed(t, f, "A", proposal); !committed || fence != proposal {
+		t.Fatalf("a proposal above the floor %d: fence %d committed %v, want %d committed", floor, fence, committed, proposal)
+	}
+	if got := s.counter(t, f); got != proposal {
+		t.Fatalf("counter = %d, want the committed proposal %d", got, proposal)
+	}
+	if _, err := s.node.Release(s.ctx, s.key, "A"); err != nil {
+		t.Fatal(err)
+	}
+	for _, low := range []int64{proposal, proposal - 1, 1} {
+		fence, committed := s.acquireProposed(t, f, "B", low)
+		if committed || fence != proposal {
+			t.Fatalf("a proposal %d not above the floor %d: fence %d committed %v, want the floor, uncommitted", low, proposal, fence, committed)
+		}
+	}
+	if got := s.counter(t, f); got != proposal {
+		t.Fatalf("counter = %d after refused proposals, want %d", got, proposal)
+	}
+}
+
+// A key held by another is neither taken nor has its counter moved.
+func testFenceProposalNeedsTheKey(t *testing.T, s *suite) {
+	f := s.oneRound(t)
+	held := s.acquireCommitted(t, f, "A", 0)
+	ok, holderTTL, fence, committed, err := f.AcquireProposed(s.ctx, s.key, s.fenceKey(), "B", longTTL, held+1000, longTTL)
+	if err != nil || ok || committed || fence != 0 || holderTTL <= 0 {
+		t.Fatalf("AcquireProposed of a held key: acquired=%v holderTTL=%v fence=%d committed=%v err=%v; want refused with the holder's ttl", ok, holderTTL, fence, committed, err)
+	}
+	if got := s.counter(t, f); got != held {
+		t.Fatalf("counter = %d after a refused grant, want %d", got, held)
+	}
+}

@@ -92,6 +92,8 @@ func Run(t *testing.T, newNode func(t *testing.T) redlock.Node) {
 		// Skipped for nodes that do not implement redlock.OneRoundFencer.
 		{"FenceOneRoundCommits", testFenceOneRoundCommits},
 		{"FenceOneRoundNeedsTheKey", testFenceOneRoundNeedsTheKey},
+		{"FenceProposalCommitsOnlyAboveTheFloor", testFenceProposalAboveTheFloor},
+		{"FenceProposalNeedsTheKey", testFenceProposalNeedsTheKey},
 		// Skipped for nodes that do not implement redlock.BatchExtender.
 		{"ExtendManyIsExtendForEach", testExtendMany},
 		// Skipped for nodes that do not implement redlock.MemberRecorder.

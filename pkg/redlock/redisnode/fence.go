@@ -23,11 +23,14 @@ var (
 	getFencedSrc string
 	//go:embed acquire_committed.lua
 	acquireCommittedSrc string
+	//go:embed acquire_proposed.lua
+	acquireProposedSrc string
 
 	acquireFencedScript    = redis.NewScript(fenceFloorSrc + acquireFencedSrc)
 	commitFenceScript      = redis.NewScript(commitFenceSrc)
 	getFencedScript        = redis.NewScript(getFencedSrc)
 	acquireCommittedScript = redis.NewScript(fenceFloorSrc + acquireCommittedSrc)
+	acquireProposedScript  = redis.NewScript(fenceFloorSrc + acquireProposedSrc)
 )
 
 var (
@@ -63,6 +66,21 @@ func (n *Node) AcquireCommitted(ctx context.Context, key, fenceKey, value string
 		return true, 0, reply[2], nil
 	}
 	return false, time.Duration(reply[1]) * time.Millisecond, 0, nil
+}
+
+// AcquireProposed implements redlock.OneRoundFencer.
+func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (bool, time.Duration, int64, bool, error) {
+	reply, err := n.pipe.run(ctx, acquireProposedScript, []string{key, fenceKey}, value, milliseconds(ttl), proposal, milliseconds(retention)).Int64Slice()
+	if err != nil {
+		return false, 0, 0, false, n.wrap(ctx, "acquire", err)
+	}
+	if len(reply) != 4 {
+		return false, 0, 0, false, n.wrap(ctx, "acquire", fmt.Errorf("unexpected script reply %v", reply))
+	}
+	if reply[0] == 1 {
+		return true, 0, reply[2], reply[3] == 1, nil
+	}
+	return false, time.Duration(reply[1]) * time.Millisecond, 0, false, nil
 }
 
 // CommitFence implements redlock.Fencer.
