@@ -473,10 +473,14 @@ func fanOut(ctx context.Context, l *Locker, call func(context.Context, Node) rep
 		replies[0] = callOne(ctx, l.nodeTimeout, l.nodes[0], call)
 		return l.discountIneligible(replies)
 	}
+	// The first call runs here: this goroutine's stack has grown already,
+	// a new one's grows again through the client's calls (measured: stack
+	// growth was a tenth of the sidecar's CPU with one goroutine per master).
 	var wg sync.WaitGroup
-	for i, n := range l.nodes {
-		wg.Go(func() { replies[i] = callOne(ctx, l.nodeTimeout, n, call) })
+	for i, n := range l.nodes[1:] {
+		wg.Go(func() { replies[i+1] = callOne(ctx, l.nodeTimeout, n, call) })
 	}
+	replies[0] = callOne(ctx, l.nodeTimeout, l.nodes[0], call)
 	wg.Wait()
 	return l.discountIneligible(replies)
 }
