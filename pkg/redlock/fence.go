@@ -170,8 +170,8 @@ func (l *Locker) acquireProposed(ctx context.Context, key, value string, ttl tim
 	start := l.now()
 	proposal := max(start.Add(proposalLead).UnixMicro(), floor+1)
 	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
-		ok, holderTTL, fence, committed, err := n.(OneRoundFencer).AcquireProposed(ctx, key, FenceKey(key), value, ttl, proposal, l.fenceRetention)
-		return reply{ok: ok, held: err == nil && !ok, ttl: holderTTL, fence: fence, committed: committed, err: err}
+		p, err := n.(OneRoundFencer).AcquireProposed(ctx, key, FenceKey(key), value, ttl, proposal, l.fenceRetention)
+		return reply{ok: p.Acquired, held: err == nil && !p.Acquired, ttl: p.HolderTTL, fence: p.Fence, committed: p.Committed, prev: p.Prev, err: err}
 	})
 	if committedBy(replies) < l.quorum {
 		return l.grantFenced(ctx, key, value, replies, start, ttl, floor)
@@ -183,6 +183,21 @@ func (l *Locker) acquireProposed(ctx context.Context, key, value string, ttl tim
 	}
 	grant.Fence = proposal
 	return grant, nil
+}
+
+// withdraw undoes a failed acquisition round: it releases key everywhere,
+// and where the round committed a fence proposal (even on a master whose
+// answer did not count) it puts back the counter the proposal replaced.
+// Left there, a failed grant's proposal would show as the fence of the
+// next holder whose key is repaired onto that master.
+func (l *Locker) withdraw(ctx context.Context, key, value string, replies []reply) error {
+	fenceKey := FenceKey(key)
+	return l.releaseEach(ctx, func(ctx context.Context, i int, n Node) (bool, error) {
+		if r := replies[i]; r.committed {
+			return n.(OneRoundFencer).WithdrawProposal(ctx, key, fenceKey, value, r.fence, r.prev, l.fenceRetention)
+		}
+		return n.Release(ctx, key, value)
+	})
 }
 
 // committedBy counts the masters that took the key and committed the
@@ -208,7 +223,7 @@ func (l *Locker) grantFenced(ctx context.Context, key, value string, replies []r
 	fence := max(maxFence(replies), floor) + 1
 	grant, err := l.commitFence(ctx, key, value, fence, start, ttl)
 	if err != nil {
-		_ = l.releaseAll(ctx, key, value)
+		_ = l.withdraw(ctx, key, value, replies)
 		return Grant{}, err
 	}
 	grant.Fence = fence

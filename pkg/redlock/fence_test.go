@@ -302,3 +302,34 @@ func TestProposedFencesIncreaseWhateverTheCallersClocks(t *testing.T) {
 	}
 	t.Logf("%d of 600 grants in one round", oneRound)
 }
+
+// A grant that fails takes back the proposals it committed. Otherwise a
+// loser's proposal, left on the master the winner missed, would show as
+// the winner's fence once the winner's renewal puts its key back there.
+func TestALosingProposalIsWithdrawn(t *testing.T) {
+	ctx := context.Background()
+	mem, nodes := frozenMasters(3)
+	l, err := redlock.New(nodes, redlock.Config{Fencing: true, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem[2].SetDown(true)
+	winner, err := l.Acquire(ctx, "k", "winner", 10*time.Second)
+	mem[2].SetDown(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, "k", "loser", 10*time.Second); !errors.Is(err, redlock.ErrLockHeld) {
+		t.Fatalf("the loser: %v, want ErrLockHeld", err)
+	}
+	if _, _, counter, _ := mem[2].GetFenced(ctx, "k", redlock.FenceKey("k")); counter != 0 {
+		t.Fatalf("the loser left its proposal %d on the master the winner missed", counter)
+	}
+	if _, err := l.Extend(ctx, "k", "winner", 10*time.Second); err != nil { // repairs master 2
+		t.Fatal(err)
+	}
+	h, err := l.Inspect(ctx, "k")
+	if err != nil || h.Value != "winner" || h.Fence != winner.Fence {
+		t.Fatalf("inspect: %+v, %v; want the winner with fence %d", h, err, winner.Fence)
+	}
+}

@@ -145,10 +145,27 @@ type OneRoundFencer interface {
 
 	// AcquireProposed is AcquireFenced that, when value holds key
 	// afterwards and proposal is above the floor, also raises the counter
-	// at fenceKey to proposal, with ttl retention, in the same atomic
-	// step. It returns proposal and committed=true then; otherwise the
-	// floor it read, and the counter is untouched. With several masters a
-	// grant whose majority all committed one proposal needs no commit
-	// round (see fence.go).
-	AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (acquired bool, holderTTL time.Duration, fence int64, committed bool, err error)
+	// at fenceKey to proposal, with ttl retention, in the same atomic step
+	// (Proposal.Committed, with the counter it replaced in Prev);
+	// otherwise it returns the floor and leaves the counter untouched.
+	// With several masters a grant whose majority all committed one
+	// proposal needs no commit round (see fence.go).
+	AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (Proposal, error)
+
+	// WithdrawProposal is Release that, when it deletes key and the
+	// counter at fenceKey is still proposal, also puts back prev (ttl
+	// retention; prev 0 deletes the counter). A failed grant takes back
+	// the proposals it committed, so that they never show as a later
+	// holder's fence. Safe: nothing else moves the counter while value
+	// holds key, and the withdrawn proposal was never a final fence.
+	WithdrawProposal(ctx context.Context, key, fenceKey, value string, proposal, prev int64, retention time.Duration) (bool, error)
+}
+
+// Proposal is a master's answer to OneRoundFencer.AcquireProposed.
+type Proposal struct {
+	Acquired  bool
+	HolderTTL time.Duration // when another value holds the key
+	Fence     int64         // the proposal when Committed, else the floor read
+	Committed bool
+	Prev      int64 // the counter the committed proposal replaced (0: none)
 }

@@ -213,7 +213,7 @@ func (l *Locker) Acquire(ctx context.Context, key, value string, ttl time.Durati
 // as failed, so its master is released).
 func (l *Locker) failAcquire(ctx context.Context, key, value string, replies []reply, t counts, err error) error {
 	if t.held < t.total {
-		_ = l.releaseAll(ctx, key, value) // what it misses lapses after ttl
+		_ = l.withdraw(ctx, key, value, replies) // what it misses lapses after ttl
 	}
 	if t.ok+t.held >= l.quorum && t.held > 0 {
 		return &HeldError{RetryAfter: l.retryAfter(replies, t.held)}
@@ -264,7 +264,7 @@ func (l *Locker) repair(ctx context.Context, missingOn func(i int) []ExtendItem)
 			wg.Go(func() {
 				for k := w; k < len(items); k += repairWorkers {
 					it := items[k]
-					callOne(ctx, l.nodeTimeout, n, func(ctx context.Context, n Node) reply {
+					callOne(ctx, l.nodeTimeout, i, n, func(ctx context.Context, _ int, n Node) reply {
 						_, _, err := n.Acquire(ctx, it.Key, it.Value, it.TTL)
 						return reply{err: err}
 					})
@@ -407,8 +407,16 @@ func (l *Locker) retryAfter(replies []reply, held int) time.Duration {
 }
 
 func (l *Locker) releaseAll(ctx context.Context, key, value string) error {
-	replies := fanOut(context.WithoutCancel(ctx), l, func(ctx context.Context, n Node) reply {
-		_, err := n.Release(ctx, key, value)
+	return l.releaseEach(ctx, func(ctx context.Context, _ int, n Node) (bool, error) {
+		return n.Release(ctx, key, value)
+	})
+}
+
+// releaseEach runs release on every master, never cut short by ctx's end,
+// and needs a majority to have answered.
+func (l *Locker) releaseEach(ctx context.Context, release func(context.Context, int, Node) (bool, error)) error {
+	replies := fanOutIndexed(context.WithoutCancel(ctx), l, func(ctx context.Context, i int, n Node) reply {
+		_, err := release(ctx, i, n)
 		return reply{ok: err == nil, err: err}
 	})
 	if t := tally(replies); t.ok < l.quorum {
@@ -436,6 +444,7 @@ type reply struct {
 	// committed: the acquire also committed the Locker's fence proposal
 	// (OneRoundFencer.AcquireProposed); fence is that proposal.
 	committed bool
+	prev      int64 // the counter a committed proposal replaced
 	// missing: an extend found the key absent (and wrote nothing); it
 	// counts neither for nor against a quorum.
 	missing bool
@@ -468,19 +477,20 @@ func tally(replies []reply) counts {
 // (twice that for nodes that queue calls, see overload.go), and waits for
 // all of them (each is bounded, so the round is too).
 func fanOut(ctx context.Context, l *Locker, call func(context.Context, Node) reply) []reply {
+	return fanOutIndexed(ctx, l, func(ctx context.Context, _ int, n Node) reply { return call(ctx, n) })
+}
+
+// fanOutIndexed is fanOut whose call also learns the master's index.
+func fanOutIndexed(ctx context.Context, l *Locker, call func(context.Context, int, Node) reply) []reply {
 	replies := make([]reply, len(l.nodes))
-	if len(l.nodes) == 1 {
-		replies[0] = callOne(ctx, l.nodeTimeout, l.nodes[0], call)
-		return l.discountIneligible(replies)
-	}
 	// The first call runs here: this goroutine's stack has grown already,
 	// a new one's grows again through the client's calls (measured: stack
 	// growth was a tenth of the sidecar's CPU with one goroutine per master).
 	var wg sync.WaitGroup
 	for i, n := range l.nodes[1:] {
-		wg.Go(func() { replies[i+1] = callOne(ctx, l.nodeTimeout, n, call) })
+		wg.Go(func() { replies[i+1] = callOne(ctx, l.nodeTimeout, i+1, n, call) })
 	}
-	replies[0] = callOne(ctx, l.nodeTimeout, l.nodes[0], call)
+	replies[0] = callOne(ctx, l.nodeTimeout, 0, l.nodes[0], call)
 	wg.Wait()
 	return l.discountIneligible(replies)
 }
@@ -494,14 +504,15 @@ func (l *Locker) discountIneligible(replies []reply) []reply {
 			continue
 		}
 		if err := l.counted(i); err != nil {
-			replies[i] = reply{err: err}
+			// The proposal stays known, so that a failed grant withdraws it.
+			replies[i] = reply{err: err, committed: replies[i].committed, fence: replies[i].fence, prev: replies[i].prev}
 		}
 	}
 	return replies
 }
 
-func callOne(ctx context.Context, timeout time.Duration, n Node, call func(context.Context, Node) reply) reply {
+func callOne(ctx context.Context, timeout time.Duration, i int, n Node, call func(context.Context, int, Node) reply) reply {
 	ctx, cancel := nodeContext(ctx, timeout, n)
 	defer cancel()
-	return call(ctx, n)
+	return call(ctx, i, n)
 }

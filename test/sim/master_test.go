@@ -531,17 +531,26 @@ func (l *link) AcquireCommitted(ctx context.Context, key, fenceKey, value string
 	return ok, holderTTL, fence, nil
 }
 
-func (l *link) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (bool, time.Duration, int64, bool, error) {
-	var ok, committed bool
-	var holderTTL time.Duration
-	var fence int64
+func (l *link) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (redlock.Proposal, error) {
+	var p redlock.Proposal
 	if err := l.do(ctx, "acquire", []string{key}, func() (e error) {
-		ok, holderTTL, fence, committed, e = l.m.mem.AcquireProposed(bg, key, fenceKey, value, ttl, proposal, retention)
+		p, e = l.m.mem.AcquireProposed(bg, key, fenceKey, value, ttl, proposal, retention)
 		return e
 	}); err != nil {
-		return false, 0, 0, false, err
+		return redlock.Proposal{}, err
 	}
-	return ok, holderTTL, fence, committed, nil
+	return p, nil
+}
+
+func (l *link) WithdrawProposal(ctx context.Context, key, fenceKey, value string, proposal, prev int64, retention time.Duration) (bool, error) {
+	var ok bool
+	if err := l.do(ctx, "release", []string{key}, func() (e error) {
+		ok, e = l.m.mem.WithdrawProposal(bg, key, fenceKey, value, proposal, prev, retention)
+		return e
+	}); err != nil {
+		return false, err
+	}
+	return ok, nil
 }
 
 func (l *link) CommitFence(ctx context.Context, key, fenceKey, value string, fence int64, retention time.Duration) (bool, error) {

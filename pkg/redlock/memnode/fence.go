@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"time"
+
+	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
 // Fence counters live in the same map as lock keys (under their own fence
@@ -42,23 +44,37 @@ func (n *Node) AcquireCommitted(ctx context.Context, key, fenceKey, value string
 }
 
 // AcquireProposed implements redlock.OneRoundFencer.
-func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (bool, time.Duration, int64, bool, error) {
+func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (redlock.Proposal, error) {
 	if err := n.enter(ctx, "acquire"); err != nil {
-		return false, 0, 0, false, err
+		return redlock.Proposal{}, err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := n.now()
 	if held, ok := n.lookup(key, now); ok && held.value != value {
-		return false, held.expiresAt.Sub(now), 0, false, nil
+		return redlock.Proposal{HolderTTL: held.expiresAt.Sub(now)}, nil
 	}
 	n.store(key, value, ttl, now)
-	floor := max(n.counter(fenceKey, now), now.UnixMicro())
-	if proposal <= floor {
-		return true, 0, floor, false, nil
+	prev := n.counter(fenceKey, now)
+	if floor := max(prev, now.UnixMicro()); proposal <= floor {
+		return redlock.Proposal{Acquired: true, Fence: floor}, nil
 	}
 	n.store(fenceKey, strconv.FormatInt(proposal, 10), retention, now)
-	return true, 0, proposal, true, nil
+	return redlock.Proposal{Acquired: true, Fence: proposal, Committed: true, Prev: prev}, nil
+}
+
+// WithdrawProposal implements redlock.OneRoundFencer.
+func (n *Node) WithdrawProposal(ctx context.Context, key, fenceKey, value string, proposal, prev int64, retention time.Duration) (bool, error) {
+	return n.releaseThen(ctx, key, value, func(now time.Time) {
+		if n.counter(fenceKey, now) != proposal {
+			return // raised since, by this grant's commit round
+		}
+		if prev == 0 {
+			delete(n.entries, fenceKey)
+			return
+		}
+		n.store(fenceKey, strconv.FormatInt(prev, 10), retention, now)
+	})
 }
 
 // CommitFence implements redlock.Fencer.

@@ -141,16 +141,26 @@ func (n *Node) extendLocked(key, value string, ttl time.Duration, now time.Time)
 
 // Release implements redlock.Node.
 func (n *Node) Release(ctx context.Context, key, value string) (bool, error) {
+	return n.releaseThen(ctx, key, value, nil)
+}
+
+// releaseThen is Release that, when it deletes key, also runs also (if
+// any) in the same atomic step.
+func (n *Node) releaseThen(ctx context.Context, key, value string, also func(now time.Time)) (bool, error) {
 	if err := n.enter(ctx, "release"); err != nil {
 		return false, err
 	}
 	n.mu.Lock()
-	held, ok := n.lookup(key, n.now())
+	now := n.now()
+	held, ok := n.lookup(key, now)
 	if !ok || held.value != value {
 		n.mu.Unlock()
 		return false, nil
 	}
 	delete(n.entries, key)
+	if also != nil {
+		also(now)
+	}
 	notify := make([]func(), 0, len(n.watchers[key]))
 	for w := range n.watchers[key] {
 		notify = append(notify, w.notify)

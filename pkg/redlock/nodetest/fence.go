@@ -188,25 +188,28 @@ func testFenceOneRoundNeedsTheKey(t *testing.T, s *suite) {
 	}
 }
 
-func (s *suite) acquireProposed(t *testing.T, f redlock.OneRoundFencer, value string, proposal int64) (int64, bool) {
+func (s *suite) acquireProposed(t *testing.T, f redlock.OneRoundFencer, value string, proposal int64) redlock.Proposal {
 	t.Helper()
-	ok, _, fence, committed, err := f.AcquireProposed(s.ctx, s.key, s.fenceKey(), value, longTTL, proposal, longTTL)
-	if err != nil || !ok {
-		t.Fatalf("AcquireProposed: acquired=%v err=%v", ok, err)
+	p, err := f.AcquireProposed(s.ctx, s.key, s.fenceKey(), value, longTTL, proposal, longTTL)
+	if err != nil || !p.Acquired {
+		t.Fatalf("AcquireProposed: %+v, %v", p, err)
 	}
-	return fence, committed
+	return p
 }
 
 // A proposal above the floor is committed as the key is taken: the counter
-// is the proposal. One at or below the floor takes the key all the same
-// but commits nothing, and the answer is the floor, so the caller can
-// commit above it in a second round.
+// is the proposal, and the answer names the counter it replaced. One at or
+// below the floor takes the key all the same but commits nothing, and the
+// answer is the floor, so the caller can commit above it in a second round.
 func testFenceProposalAboveTheFloor(t *testing.T, s *suite) {
 	f := s.oneRound(t)
 	floor := s.acquireFenced(t, f, "A")
+	if got := s.acquireProposed(t, f, "A", floor+1000); !got.Committed || got.Prev != 0 {
+		t.Fatalf("a first proposal: %+v, want committed over no counter", got)
+	}
 	proposal := floor + int64(time.Hour/time.Microsecond)
-	if fence, committed := s.acquireProposed(t, f, "A", proposal); !committed || fence != proposal {
-		t.Fatalf("a proposal above the floor %d: fence %d committed %v, want %d committed", floor, fence, committed, proposal)
+	if got := s.acquireProposed(t, f, "A", proposal); !got.Committed || got.Fence != proposal || got.Prev != floor+1000 {
+		t.Fatalf("a proposal above the floor %d: %+v, want %d committed over %d", floor, got, proposal, floor+1000)
 	}
 	if got := s.counter(t, f); got != proposal {
 		t.Fatalf("counter = %d, want the committed proposal %d", got, proposal)
@@ -215,9 +218,8 @@ func testFenceProposalAboveTheFloor(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	for _, low := range []int64{proposal, proposal - 1, 1} {
-		fence, committed := s.acquireProposed(t, f, "B", low)
-		if committed || fence != proposal {
-			t.Fatalf("a proposal %d not above the floor %d: fence %d committed %v, want the floor, uncommitted", low, proposal, fence, committed)
+		if got := s.acquireProposed(t, f, "B", low); got.Committed || got.Fence != proposal {
+			t.Fatalf("a proposal %d not above the floor %d: %+v, want the floor, uncommitted", low, proposal, got)
 		}
 	}
 	if got := s.counter(t, f); got != proposal {
@@ -229,11 +231,49 @@ func testFenceProposalAboveTheFloor(t *testing.T, s *suite) {
 func testFenceProposalNeedsTheKey(t *testing.T, s *suite) {
 	f := s.oneRound(t)
 	held := s.acquireCommitted(t, f, "A", 0)
-	ok, holderTTL, fence, committed, err := f.AcquireProposed(s.ctx, s.key, s.fenceKey(), "B", longTTL, held+1000, longTTL)
-	if err != nil || ok || committed || fence != 0 || holderTTL <= 0 {
-		t.Fatalf("AcquireProposed of a held key: acquired=%v holderTTL=%v fence=%d committed=%v err=%v; want refused with the holder's ttl", ok, holderTTL, fence, committed, err)
+	p, err := f.AcquireProposed(s.ctx, s.key, s.fenceKey(), "B", longTTL, held+1000, longTTL)
+	if err != nil || p.Acquired || p.Committed || p.Fence != 0 || p.HolderTTL <= 0 {
+		t.Fatalf("AcquireProposed of a held key: %+v, %v; want refused with the holder's ttl", p, err)
 	}
 	if got := s.counter(t, f); got != held {
 		t.Fatalf("counter = %d after a refused grant, want %d", got, held)
+	}
+}
+
+// Withdrawing a proposal releases the key and puts back the counter it
+// replaced (none: no counter), but only while the counter is still that
+// proposal and the key still this value's.
+func testFenceProposalWithdrawn(t *testing.T, s *suite) {
+	f := s.oneRound(t)
+	withdraw := func(value string, p redlock.Proposal) bool {
+		t.Helper()
+		deleted, err := f.WithdrawProposal(s.ctx, s.key, s.fenceKey(), value, p.Fence, p.Prev, longTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return deleted
+	}
+	floor := s.acquireFenced(t, f, "A")
+	first := s.acquireProposed(t, f, "A", floor+1000)
+	if !withdraw("A", first) || s.counter(t, f) != 0 {
+		t.Fatalf("withdrawn over no counter: counter %d, want none", s.counter(t, f))
+	}
+	if v, _, err := s.node.Get(s.ctx, s.key); err != nil || v != "" {
+		t.Fatalf("key after the withdrawal: %q, %v; want gone", v, err)
+	}
+	committed := s.acquireCommitted(t, f, "B", 0)
+	second := s.acquireProposed(t, f, "B", committed+1000)
+	if withdraw("C", second) || s.counter(t, f) != second.Fence {
+		t.Fatalf("withdrawn by another value: counter %d, want %d untouched", s.counter(t, f), second.Fence)
+	}
+	if !withdraw("B", second) || s.counter(t, f) != committed {
+		t.Fatalf("withdrawn: counter %d, want the replaced %d back", s.counter(t, f), committed)
+	}
+	third := s.acquireProposed(t, f, "D", committed+1000)
+	if ok, err := f.CommitFence(s.ctx, s.key, s.fenceKey(), "D", third.Fence+1, longTTL); err != nil || !ok {
+		t.Fatalf("commit: %v %v", ok, err)
+	}
+	if !withdraw("D", third) || s.counter(t, f) != third.Fence+1 {
+		t.Fatalf("withdrawn after a commit above it: counter %d, want %d kept", s.counter(t, f), third.Fence+1)
 	}
 }

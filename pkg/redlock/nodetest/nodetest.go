@@ -94,6 +94,7 @@ func Run(t *testing.T, newNode func(t *testing.T) redlock.Node) {
 		{"FenceOneRoundNeedsTheKey", testFenceOneRoundNeedsTheKey},
 		{"FenceProposalCommitsOnlyAboveTheFloor", testFenceProposalAboveTheFloor},
 		{"FenceProposalNeedsTheKey", testFenceProposalNeedsTheKey},
+		{"FenceProposalWithdrawn", testFenceProposalWithdrawn},
 		// Skipped for nodes that do not implement redlock.BatchExtender.
 		{"ExtendManyIsExtendForEach", testExtendMany},
 		// Skipped for nodes that do not implement redlock.MemberRecorder.

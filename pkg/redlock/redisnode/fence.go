@@ -25,12 +25,15 @@ var (
 	acquireCommittedSrc string
 	//go:embed acquire_proposed.lua
 	acquireProposedSrc string
+	//go:embed withdraw_proposal.lua
+	withdrawProposalSrc string
 
 	acquireFencedScript    = redis.NewScript(fenceFloorSrc + acquireFencedSrc)
 	commitFenceScript      = redis.NewScript(commitFenceSrc)
 	getFencedScript        = redis.NewScript(getFencedSrc)
 	acquireCommittedScript = redis.NewScript(fenceFloorSrc + acquireCommittedSrc)
 	acquireProposedScript  = redis.NewScript(fenceFloorSrc + acquireProposedSrc)
+	withdrawProposalScript = redis.NewScript(withdrawProposalSrc)
 )
 
 var (
@@ -69,18 +72,27 @@ func (n *Node) AcquireCommitted(ctx context.Context, key, fenceKey, value string
 }
 
 // AcquireProposed implements redlock.OneRoundFencer.
-func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (bool, time.Duration, int64, bool, error) {
+func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (redlock.Proposal, error) {
 	reply, err := n.pipe.run(ctx, acquireProposedScript, []string{key, fenceKey}, value, milliseconds(ttl), proposal, milliseconds(retention)).Int64Slice()
 	if err != nil {
-		return false, 0, 0, false, n.wrap(ctx, "acquire", err)
+		return redlock.Proposal{}, n.wrap(ctx, "acquire", err)
 	}
-	if len(reply) != 4 {
-		return false, 0, 0, false, n.wrap(ctx, "acquire", fmt.Errorf("unexpected script reply %v", reply))
+	if len(reply) != 5 {
+		return redlock.Proposal{}, n.wrap(ctx, "acquire", fmt.Errorf("unexpected script reply %v", reply))
 	}
-	if reply[0] == 1 {
-		return true, 0, reply[2], reply[3] == 1, nil
+	if reply[0] != 1 {
+		return redlock.Proposal{HolderTTL: time.Duration(reply[1]) * time.Millisecond}, nil
 	}
-	return false, time.Duration(reply[1]) * time.Millisecond, 0, false, nil
+	return redlock.Proposal{Acquired: true, Fence: reply[2], Committed: reply[3] == 1, Prev: reply[4]}, nil
+}
+
+// WithdrawProposal implements redlock.OneRoundFencer.
+func (n *Node) WithdrawProposal(ctx context.Context, key, fenceKey, value string, proposal, prev int64, retention time.Duration) (bool, error) {
+	deleted, err := n.pipe.run(ctx, withdrawProposalScript, []string{key, fenceKey}, value, proposal, prev, milliseconds(retention)).Int64()
+	if err != nil {
+		return false, n.wrap(ctx, "release", err)
+	}
+	return deleted == 1, nil
 }
 
 // CommitFence implements redlock.Fencer.
