@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"strings"
@@ -378,7 +379,7 @@ func (s *sidecarFlags) addAPI(fs *flag.FlagSet, getenv func(string) string) {
 	if api == "" {
 		api = client.DefaultAddr
 	}
-	fs.StringVar(&s.api, "addr", api, "`URL` of the sidecar's lock API; $SIDELOCK_ADDR sets the default")
+	fs.StringVar(&s.api, "addr", api, "`URL` of the sidecar's lock API, or unix:///path/api.sock for its Unix socket; $SIDELOCK_ADDR sets the default")
 }
 
 // addAdmin adds -admin and -timeout (status's).
@@ -407,7 +408,26 @@ func adminURL(getenv func(string) string) string {
 }
 
 func (s sidecarFlags) client(getenv func(string) string) *client.Client {
-	return client.New(s.api, nil).WithToken(getenv("SIDELOCK_API_TOKEN"))
+	base, httpClient := apiEndpoint(s.api)
+	return client.New(base, httpClient).WithToken(getenv("SIDELOCK_API_TOKEN"))
+}
+
+// apiEndpoint is the base URL and HTTP client (nil: the default) for -addr:
+// an http:// URL, or the sidecar's Unix socket written as in
+// SIDELOCK_LISTEN_ADDR (unix:///run/sidelock/api.sock), reached under a
+// placeholder host.
+func apiEndpoint(addr string) (string, *http.Client) {
+	path, ok := strings.CutPrefix(addr, config.UnixScheme)
+	if !ok {
+		return addr, nil
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.Proxy = nil // a proxy could not reach the socket
+	transport.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}
+	return "http://sidelock", &http.Client{Transport: transport}
 }
 
 // acquireFlags are the acquisition's flags, exec's and lock's.

@@ -182,11 +182,18 @@ func (c Config) EffectiveRestartGuard() time.Duration {
 }
 
 // checkListenAddr refuses to expose the lock API beyond the pod without
-// an API token: anything that can reach it can take and release locks.
+// an API token: anything that can reach it can take and release locks. A
+// Unix socket is reached only through the filesystem, so it needs none.
 func (c Config) checkListenAddr() error {
+	if path, ok := c.UnixSocket(); ok {
+		return checkUnixSocketPath(path)
+	}
+	if strings.HasPrefix(c.ListenAddr, "unix:") {
+		return fmt.Errorf("%q: a Unix socket is written %s and an absolute path, e.g. %s/run/sidelock/api.sock", c.ListenAddr, UnixScheme, UnixScheme)
+	}
 	host, _, err := net.SplitHostPort(c.ListenAddr)
 	if err != nil {
-		return fmt.Errorf("%q is not host:port", c.ListenAddr)
+		return fmt.Errorf("%q is neither host:port nor %s/absolute/path", c.ListenAddr, UnixScheme)
 	}
 	if isLoopback(host) || c.APIToken != "" {
 		return nil

@@ -103,8 +103,10 @@ var settings = indexFields([]Setting{
 		Doc:   fmt.Sprintf("run with %d in-memory masters; nothing to install", DevMasters),
 		Rules: "not with SIDELOCK_REDIS_ADDRS, SIDELOCK_REDIS_GROUPS or SIDELOCK_REDIS_GROUPS_PREVIOUS"},
 	{Env: "SIDELOCK_LISTEN_ADDR", Default: "127.0.0.1:7420",
-		Doc:   "lock API address; loopback unless SIDELOCK_API_TOKEN is set",
-		Rules: "host:port; a loopback host (127.0.0.0/8, ::1, localhost) unless SIDELOCK_API_TOKEN is set",
+		Doc: "lock API address: host:port, on loopback unless SIDELOCK_API_TOKEN is set; or unix:///run/sidelock/api.sock, a Unix domain socket " +
+			"with mode 0660 (the sidecar's user and group: in a pod, the containers sharing its fsGroup; see docs/api.md)",
+		Rules: fmt.Sprintf("host:port with a loopback host (127.0.0.0/8, ::1, localhost) unless SIDELOCK_API_TOKEN is set; "+
+			"or unix:// and an absolute path of at most %d bytes in an existing directory", MaxUnixSocketPath),
 		Chart: "sidecar.listenPort", Annotation: annotationsPrefix + "listen-port"},
 	{Env: "SIDELOCK_API_TOKEN",
 		Doc:   "bearer token every lock API request must carry (Authorization: Bearer ...); required to listen beyond loopback",

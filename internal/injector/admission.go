@@ -123,6 +123,12 @@ type pod struct {
 type podContainer struct {
 	Name  string
 	Ports []podPort
+	// EnvNames and MountPaths are its variables and where its volumes
+	// are mounted; HasEnv and HasMounts whether the lists exist (a patch
+	// appends to a list, or adds it).
+	EnvNames          []string
+	MountPaths        []string
+	HasEnv, HasMounts bool
 }
 
 type podPort struct {
@@ -251,7 +257,32 @@ func decodeContainer(raw span) (podContainer, error) {
 		}
 		c.Ports = append(c.Ports, port)
 	}
-	return c, nil
+	if c.EnvNames, c.HasEnv, err = decodeItems(o, "env", "name"); err != nil {
+		return c, err
+	}
+	c.MountPaths, c.HasMounts, err = decodeItems(o, "volumeMounts", "mountPath")
+	return c, err
+}
+
+// decodeItems reads member key of every object in the list o[list], and
+// whether the list is there (not absent or null).
+func decodeItems(o object, list, key string) (values []string, present bool, err error) {
+	var items []span
+	if err := o.field(list, &items); err != nil {
+		return nil, false, err
+	}
+	for i, raw := range items {
+		var v string
+		item, err := decodeObject(raw, fmt.Sprintf("%s[%d]", list, i))
+		if err == nil {
+			err = item.field(key, &v)
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		values = append(values, v)
+	}
+	return values, items != nil, nil
 }
 
 // displayName names the pod in messages (it has no name yet when its

@@ -252,6 +252,9 @@ func withPort(addr string, port int) string {
 // setListenPort moves a listener to the annotation's port.
 func setListenPort(s config.Setting) func(o *overrides, v string) error {
 	return func(o *overrides, v string) error {
+		if addr, _ := o.c.env(s.Env); isUnixSocket(addr) {
+			return fmt.Errorf("does not apply: the sidecar serves the lock API on a Unix socket (the chart's sidecar.unixSocket), which has no port")
+		}
 		_, err := movePort(o, s, v)
 		return err
 	}

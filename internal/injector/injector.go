@@ -264,6 +264,10 @@ func (i *Injector) inject(p *pod, ns string) (patch []byte, warnings []string, e
 		}
 		vols = append(vols, v)
 	}
+	appOps, err := i.appOps(p)
+	if err != nil {
+		return nil, warnings, err
+	}
 	if refs := c.secretRefs(); len(refs) > 0 && i.spec.ReleaseNamespace != "" && ns != i.spec.ReleaseNamespace {
 		// The injector cannot see whether a copy exists (it has no API
 		// access, see docs/kubernetes.md), so it says what to do if not.
@@ -288,6 +292,7 @@ func (i *Injector) inject(p *pod, ns string) (patch []byte, warnings []string, e
 			}
 		}
 	}
+	ops = append(ops, appOps...) // after the sidecar's insertion, which the init containers' indexes count
 	if p.Metadata.Labels.get(InjectLabel) != OptIn {
 		ops = append(ops, labelOp(p, InjectLabel, OptIn))
 	}
@@ -328,6 +333,78 @@ func checkPorts(p *pod, c container) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// appOps give every other container of p (the init containers, which now
+// follow the sidecar, and the containers) what the spec says it needs to
+// reach the lock API on its Unix socket: the socket's volume mount, and
+// SIDELOCK_ADDR unless the container sets it itself.
+func (i *Injector) appOps(p *pod) ([]patchOp, error) {
+	if len(i.spec.AppVolumeMounts) == 0 && len(i.spec.AppEnv) == 0 {
+		return nil, nil
+	}
+	mounts, err := decodeObjects(i.spec.AppVolumeMounts)
+	if err != nil {
+		return nil, err
+	}
+	env, err := decodeObjects(i.spec.AppEnv)
+	if err != nil {
+		return nil, err
+	}
+	var ops []patchOp
+	var errs []error
+	for _, list := range []struct {
+		path       string
+		shift      int
+		containers []podContainer
+	}{{"/spec/initContainers", 1, p.Spec.InitContainers}, {"/spec/containers", 0, p.Spec.Containers}} {
+		for n, c := range list.containers {
+			at := fmt.Sprintf("%s/%d", list.path, n+list.shift)
+			var addMounts, addEnv []any
+			for _, m := range mounts {
+				if path, _ := m["mountPath"].(string); slices.Contains(c.MountPaths, path) {
+					errs = append(errs, invalidf("container %s mounts a volume at %s, where the sidecar's socket volume goes", c.Name, path))
+					continue
+				}
+				addMounts = append(addMounts, m)
+			}
+			for _, e := range env {
+				if name, _ := e["name"].(string); !slices.Contains(c.EnvNames, name) {
+					addEnv = append(addEnv, e)
+				}
+			}
+			ops = append(ops, appendOps(at+"/volumeMounts", c.HasMounts, addMounts)...)
+			ops = append(ops, appendOps(at+"/env", c.HasEnv, addEnv)...)
+		}
+	}
+	return ops, errors.Join(errs...)
+}
+
+// decodeObjects decodes JSON objects.
+func decodeObjects(raws []json.RawMessage) ([]map[string]any, error) {
+	out := make([]map[string]any, len(raws))
+	for n, raw := range raws {
+		if err := json.Unmarshal(raw, &out[n]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// appendOps appends items to the list at path, or adds the list when the
+// container has none.
+func appendOps(path string, exists bool, items []any) []patchOp {
+	switch {
+	case len(items) == 0:
+		return nil
+	case !exists:
+		return []patchOp{{Op: "add", Path: path, Value: items}}
+	}
+	ops := make([]patchOp, len(items))
+	for n, item := range items {
+		ops[n] = patchOp{Op: "add", Path: path + "/-", Value: item}
+	}
+	return ops
 }
 
 // patchOp is one RFC 6902 operation.

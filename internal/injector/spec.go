@@ -7,6 +7,9 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
+
+	"github.com/sidelock/sidelock/internal/config"
 )
 
 // Spec is the sidecar the injector adds, exactly as the Helm chart renders
@@ -21,7 +24,9 @@ import (
 //	{
 //	  "container": {...},            // sidelock.sidecar, rendered with the readiness probe on
 //	  "readinessByDefault": true,    // sidecar.readinessProbe.enabled
-//	  "volumes": [...],              // sidelock.volumes (sidecar.extraVolumes)
+//	  "volumes": [...],              // sidelock.volumes (sidecar.extraVolumes, the socket's emptyDir)
+//	  "appVolumeMounts": [...],      // sidelock.appVolumeMounts (with sidecar.unixSocket)
+//	  "appEnv": [...],               // sidelock.appEnv (with sidecar.unixSocket)
 //	  "releaseNamespace": "payments" // where the Secrets the container reads live
 //	}
 type Spec struct {
@@ -32,6 +37,10 @@ type Spec struct {
 	ReadinessByDefault bool `json:"readinessByDefault"`
 	// Volumes are pod volumes the container mounts; added with it.
 	Volumes []json.RawMessage `json:"volumes"`
+	// AppVolumeMounts and AppEnv are added to every other container of
+	// the pod: what it needs to reach the lock API on a Unix socket.
+	AppVolumeMounts []json.RawMessage `json:"appVolumeMounts,omitempty"`
+	AppEnv          []json.RawMessage `json:"appEnv,omitempty"`
 	// ReleaseNamespace is the namespace of the Secrets the container's
 	// environment refers to; pods elsewhere get a warning.
 	ReleaseNamespace string `json:"releaseNamespace"`
@@ -101,6 +110,9 @@ func ParseSpec(data []byte) (*Spec, error) {
 		if !ok {
 			return nil, fmt.Errorf("container %s does not set %s", name, v)
 		}
+		if v == envListenAddr && isUnixSocket(addr) {
+			continue
+		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return nil, fmt.Errorf("container %s: %s=%q is not host:port", name, v, addr)
 		}
@@ -122,15 +134,37 @@ func ParseSpec(data []byte) (*Spec, error) {
 		return nil, fmt.Errorf("container %s has no readinessProbe (render it with sidecar.readinessProbe.enabled=true and set readinessByDefault)", name)
 	}
 	for i, v := range s.Volumes {
-		var vol struct {
-			Name string `json:"name"`
-		}
-		if err := json.Unmarshal(v, &vol); err != nil || vol.Name == "" {
+		if !hasString(v, "name") {
 			return nil, fmt.Errorf("volume %d has no name", i)
+		}
+	}
+	for i, m := range s.AppVolumeMounts {
+		if !hasString(m, "name") || !hasString(m, "mountPath") {
+			return nil, fmt.Errorf("appVolumeMounts %d has no name or mountPath", i)
+		}
+	}
+	for i, e := range s.AppEnv {
+		if !hasString(e, "name") {
+			return nil, fmt.Errorf("appEnv %d has no name", i)
 		}
 	}
 	return &s, nil
 }
+
+// hasString reports whether the JSON object raw has a non-empty string
+// member key.
+func hasString(raw json.RawMessage, key string) bool {
+	var o map[string]any
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return false
+	}
+	s, _ := o[key].(string)
+	return s != ""
+}
+
+// isUnixSocket reports whether a SIDELOCK_LISTEN_ADDR is a Unix socket
+// (the sidecar checks its path at start).
+func isUnixSocket(addr string) bool { return strings.HasPrefix(addr, config.UnixScheme) }
 
 // ContainerName is the name of the injected container.
 func (s *Spec) ContainerName() string { return s.name }

@@ -123,11 +123,12 @@ func (l listeners) close() {
 	}
 }
 
-// listen opens the lock API's listener under SIDELOCK_MAX_CONNS and the
-// admin listener under its own small cap: each has its own descriptors,
-// so neither can starve the other.
+// listen opens the lock API's listener (TCP or a Unix socket, under the
+// same caps and framing watch) under SIDELOCK_MAX_CONNS and the admin
+// listener (always TCP, for the kubelet's probes) under its own small cap:
+// each has its own descriptors, so neither can starve the other.
 func listen(cfg config.Config, reg prometheus.Registerer) (listeners, error) {
-	apiLn, err := net.Listen("tcp", cfg.ListenAddr)
+	apiLn, err := listenAPI(cfg)
 	if err != nil {
 		return listeners{}, fmt.Errorf("lock API: %w", err)
 	}

@@ -84,10 +84,14 @@ annotation overrides it per pod. The named templates read only .Values,
 {{- if hasKey $container "Error" -}}
 {{- fail (printf "sidelock.sidecar does not render a container: %s" $container.Error) -}}
 {{- end -}}
-{{- dict
+{{- $spec := dict
   "container" $container
   "readinessByDefault" .Values.sidecar.readinessProbe.enabled
-  "volumes" (.Values.sidecar.extraVolumes | default list)
-  "releaseNamespace" .Release.Namespace
-  | toPrettyJson -}}
+  "volumes" (include "sidelock.volumes" . | fromYamlArray | default list)
+  "releaseNamespace" .Release.Namespace -}}
+{{- if .Values.sidecar.unixSocket -}}
+{{- $_ := set $spec "appVolumeMounts" (include "sidelock.appVolumeMounts" . | fromYamlArray) -}}
+{{- $_ := set $spec "appEnv" (include "sidelock.appEnv" . | fromYamlArray) -}}
+{{- end -}}
+{{- $spec | toPrettyJson -}}
 {{- end -}}

@@ -44,9 +44,12 @@ resources:
   {{- toYaml $sc.resources | nindent 2 }}
 securityContext:
   {{- include "sidelock.containerSecurityContext" 65532 | nindent 2 }}
-{{- with $sc.extraVolumeMounts }}
+{{- if or $sc.unixSocket $sc.extraVolumeMounts }}
 volumeMounts:
+  {{- include "sidelock.appVolumeMounts" . | nindent 2 }}
+  {{- with $sc.extraVolumeMounts }}
   {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end }}
 {{- end -}}
 
@@ -66,7 +69,7 @@ port and probes so they cannot drift apart; the lock API stays on loopback.
 {{- $sc := .Values.sidecar -}}
 {{- $redis := .Values.redis -}}
 - name: SIDELOCK_LISTEN_ADDR
-  value: {{ printf "127.0.0.1:%d" (int $sc.listenPort) | quote }}
+  value: {{ include "sidelock.apiAddr" . | quote }}
 - name: SIDELOCK_ADMIN_ADDR
   value: {{ printf ":%d" (int $sc.adminPort) | quote }}
 {{- include "sidelock.checkRedis" . }}
@@ -149,7 +152,52 @@ for the pod that includes the sidecar; empty when there are none:
     {{- include "sidelock.volumes" .Subcharts.sidelock | nindent 4 }}
 */}}
 {{- define "sidelock.volumes" -}}
-{{- with .Values.sidecar.extraVolumes }}
+{{- $volumes := list }}
+{{- if .Values.sidecar.unixSocket }}
+{{- $volumes = append $volumes (dict "name" "sidelock-socket" "emptyDir" dict) }}
+{{- end }}
+{{- with concat $volumes (.Values.sidecar.extraVolumes | default list) }}
 {{- toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+sidelock.apiAddr is the sidecar's SIDELOCK_LISTEN_ADDR: 127.0.0.1:listenPort,
+or its Unix socket (sidecar.unixSocket) in the sidelock-socket volume.
+*/}}
+{{- define "sidelock.apiAddr" -}}
+{{- if .Values.sidecar.unixSocket -}}
+unix:///run/sidelock/api.sock
+{{- else -}}
+{{ printf "127.0.0.1:%d" (int .Values.sidecar.listenPort) }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+With sidecar.unixSocket, what an application container needs to reach the
+lock API (list items; empty otherwise): the socket's volume, mounted as in
+the sidecar,
+
+  volumeMounts:
+    {{- include "sidelock.appVolumeMounts" .Subcharts.sidelock | nindent 4 }}
+
+and SIDELOCK_ADDR for `sidelock exec|lock|status|watch`:
+
+  env:
+    {{- include "sidelock.appEnv" .Subcharts.sidelock | nindent 4 }}
+
+The injector adds both to every container of the pods it injects.
+*/}}
+{{- define "sidelock.appVolumeMounts" -}}
+{{- if .Values.sidecar.unixSocket }}
+- name: sidelock-socket
+  mountPath: /run/sidelock
+{{- end }}
+{{- end -}}
+
+{{- define "sidelock.appEnv" -}}
+{{- if .Values.sidecar.unixSocket }}
+- name: SIDELOCK_ADDR
+  value: {{ include "sidelock.apiAddr" . | quote }}
 {{- end }}
 {{- end -}}
