@@ -132,11 +132,13 @@ lint:
 	cd $(TOOLS) && $(GOLANGCI) run --config ../.golangci.yml ./...
 
 ## bench: HTTP and engine benchmarks against real redis-server masters into tools/results/latest.txt,
-## benchstat over them (benchstat.txt) and the table of targets (table.md).
+## benchstat over them (benchstat.txt) and the table of targets (table.md), which also becomes the
+## generated section of BENCH_DOCS. A failed run stops before the table, so the docs keep the last good one.
+BENCH_DOCS := ../docs/performance.md,../README.md
 bench: redis-server
-	cd $(TOOLS) && $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 30m ./bench | tee results/latest.txt
+	set -o pipefail; cd $(TOOLS) && $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -timeout 30m ./bench | tee results/latest.txt
 	cd $(TOOLS) && $(GO) tool benchstat results/latest.txt > results/benchstat.txt
-	cd $(TOOLS) && $(GO) run ./report results/latest.txt | tee results/table.md
+	set -o pipefail; cd $(TOOLS) && $(GO) run ./report -update $(BENCH_DOCS) results/latest.txt | tee results/table.md
 
 ## scale-sim: the fleet cost model (docs/scale.md) against a simulated fleet (~4 min): the model's
 ## inputs (BenchmarkCostModel, 3 runs) into tools/results/model.txt, 10, 100 and 500 in-process

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -69,6 +71,14 @@ func newSidecar(b *testing.B, nodes []redlock.Node) *httptest.Server {
 
 func newSidecarFencing(b *testing.B, nodes []redlock.Node, fencing bool) *httptest.Server {
 	b.Helper()
+	srv := httptest.NewServer(benchAPI(b, nodes, fencing))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
+// benchAPI is the lock API over a fresh lease manager on nodes.
+func benchAPI(b *testing.B, nodes []redlock.Node, fencing bool) http.Handler {
+	b.Helper()
 	locker, err := redlock.New(nodes, redlock.Config{Fencing: fencing, NodeTimeout: benchNodeTimeout})
 	if err != nil {
 		b.Fatal(err)
@@ -77,9 +87,30 @@ func newSidecarFencing(b *testing.B, nodes []redlock.Node, fencing bool) *httpte
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.NewServer(slog.New(slog.DiscardHandler), m, nil))
-	b.Cleanup(func() { srv.Close(); m.Close(context.Background()) })
-	return srv
+	b.Cleanup(func() { m.Close(context.Background()) })
+	return httpapi.NewServer(slog.New(slog.DiscardHandler), m, nil)
+}
+
+// newUnixSidecar serves the lock API (fencing on) on a Unix socket, as
+// SIDELOCK_LISTEN_ADDR=unix://… does, and returns a base URL and a client
+// that reach it.
+func newUnixSidecar(b *testing.B, nodes []redlock.Node) (*http.Client, string) {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "api.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(benchAPI(b, nodes, true))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	b.Cleanup(srv.Close)
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DialContext: dial}}, "http://sidelock"
 }
 
 // latencies records one duration per iteration and reports percentiles.
@@ -113,11 +144,12 @@ func BenchmarkHTTPAcquireRelease(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
 				start := time.Now()
-				tok := acquireHTTP(b, client, srv.URL, fmt.Sprintf("bench/%d", i%1024))
-				releaseHTTP(b, client, srv.URL, fmt.Sprintf("bench/%d", i%1024), tok)
-				lat = append(lat, time.Since(start))
+				if pairHTTP(b, client, srv.URL, fmt.Sprintf("bench/%d", i%1024)) {
+					lat = append(lat, time.Since(start))
+				}
 			}
 			lat.report(b)
+			reportErrors(b)
 		})
 	}
 }
@@ -135,11 +167,14 @@ func BenchmarkFencingCost(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				name := fmt.Sprintf("fence/%d", i%1024)
 				start := time.Now()
-				tok := acquireHTTP(b, client, srv.URL, name)
-				lat = append(lat, time.Since(start))
-				releaseHTTP(b, client, srv.URL, name, tok)
+				tok, ok := acquireHTTP(b, client, srv.URL, name)
+				if ok {
+					lat = append(lat, time.Since(start))
+					releaseHTTP(b, client, srv.URL, name, tok)
+				}
 			}
 			lat.reportAs(b, "acquire")
+			reportErrors(b)
 		})
 	}
 }
@@ -159,24 +194,29 @@ func BenchmarkEngineAcquireRelease(b *testing.B) {
 				start := time.Now()
 				key := fmt.Sprintf("engine/%d", i%1024)
 				if _, err := locker.Acquire(ctx, key, "v", 10*time.Second); err != nil {
-					b.Fatal(err)
+					countError(b, "acquire %s: %v", key, err)
+					continue
 				}
 				if err := locker.Release(ctx, key, "v"); err != nil {
-					b.Fatal(err)
+					countError(b, "release %s: %v", key, err)
+					continue
 				}
 				lat = append(lat, time.Since(start))
 			}
 			lat.report(b)
+			reportErrors(b)
 		})
 	}
 }
 
-func acquireHTTP(b *testing.B, c *http.Client, base, name string) string {
-	tok, ok := tryAcquireHTTP(b, c, base+"/locks/"+name+"?ttl=10s")
-	if !ok {
-		b.Fatalf("acquire %s: held", name)
+// acquireHTTP takes the lock of a free name; any answer but 200 is an
+// error of the run (counted), and false.
+func acquireHTTP(b *testing.B, c *http.Client, base, name string) (string, bool) {
+	tok, status := postAcquire(b, c, base+"/locks/"+name+"?ttl=10s")
+	if status != http.StatusOK && status != 0 {
+		countError(b, "acquire of free %s: %d", name, status)
 	}
-	return tok
+	return tok, status == http.StatusOK
 }
 
 // tryAcquireHTTPQuiet posts to url and reports whether it got the lock.
@@ -190,41 +230,65 @@ func tryAcquireHTTPQuiet(c *http.Client, url string) (string, bool) {
 	return "", res.StatusCode == http.StatusOK
 }
 
-// tryAcquireHTTP posts to url; false means 409 (held).
+// tryAcquireHTTP posts to url; false means 409 (held), or an error of the
+// run (counted).
 func tryAcquireHTTP(b *testing.B, c *http.Client, url string) (string, bool) {
+	tok, status := postAcquire(b, c, url)
+	if status != http.StatusOK && status != http.StatusConflict && status != 0 {
+		countError(b, "acquire: %d", status)
+	}
+	return tok, status == http.StatusOK
+}
+
+// postAcquire posts to url and returns a 200's token and the status; a
+// transport error is counted and returned as status 0.
+func postAcquire(b *testing.B, c *http.Client, url string) (string, int) {
 	res, err := c.Post(url, "", nil)
 	if err != nil {
-		b.Fatal(err)
+		countError(b, "acquire: %v", err)
+		return "", 0
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
-	if res.StatusCode == http.StatusConflict {
-		return "", false
-	}
-	if res.StatusCode != 200 {
-		b.Fatalf("acquire: %d %s", res.StatusCode, body)
+	if res.StatusCode != http.StatusOK {
+		return "", res.StatusCode
 	}
 	// A byte scan keeps JSON decoding out of the client side of the loop.
 	const key = `"token":"`
-	i := bytes.Index(body, []byte(key)) + len(key)
-	return string(body[i : i+32]), true
+	i := bytes.Index(body, []byte(key))
+	if i < 0 || len(body) < i+len(key)+32 {
+		countError(b, "acquire: 200 without a token: %s", body)
+		return "", 0
+	}
+	i += len(key)
+	return string(body[i : i+32]), http.StatusOK
 }
 
-func releaseHTTP(b *testing.B, c *http.Client, base, name, tok string) {
-	releaseURL(b, c, base+"/locks/"+name, tok)
+// pairHTTP is one acquire+release of a free name; errors are counted.
+func pairHTTP(b *testing.B, c *http.Client, base, name string) bool {
+	tok, ok := acquireHTTP(b, c, base, name)
+	return ok && releaseHTTP(b, c, base, name, tok)
 }
 
-// releaseURL deletes the lease at url (a lock's or a semaphore's path).
-func releaseURL(b *testing.B, c *http.Client, url, tok string) {
+func releaseHTTP(b *testing.B, c *http.Client, base, name, tok string) bool {
+	return releaseURL(b, c, base+"/locks/"+name, tok)
+}
+
+// releaseURL deletes the lease at url (a lock's or a semaphore's path);
+// any answer but 204 is an error of the run (counted), and false.
+func releaseURL(b *testing.B, c *http.Client, url, tok string) bool {
 	req, _ := http.NewRequest(http.MethodDelete, url, nil)
 	req.Header.Set("Lock-Token", tok)
 	res, err := c.Do(req)
 	if err != nil {
-		b.Fatal(err)
+		countError(b, "release: %v", err)
+		return false
 	}
 	io.Copy(io.Discard, res.Body)
 	res.Body.Close()
-	if res.StatusCode != 204 {
-		b.Fatalf("release: %d", res.StatusCode)
+	if res.StatusCode != http.StatusNoContent {
+		countError(b, "release: %d", res.StatusCode)
+		return false
 	}
+	return true
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,8 +40,16 @@ func redsyncFor(b *testing.B, nodes []redlock.Node) *redsync.Redsync {
 func BenchmarkUncontended(b *testing.B) {
 	for _, n := range []int{1, 3, 5} {
 		nodes := redisMasters(b, n)
-		b.Run(fmt.Sprintf("masters=%d/sidelock", n), func(b *testing.B) { uncontendedHTTP(b, newSidecar(b, nodes)) })
-		b.Run(fmt.Sprintf("masters=%d/sidelock-nofence", n), func(b *testing.B) { uncontendedHTTP(b, newSidecarFencing(b, nodes, false)) })
+		b.Run(fmt.Sprintf("masters=%d/sidelock", n), func(b *testing.B) { uncontendedHTTP(b, tcpClient(), newSidecar(b, nodes).URL) })
+		b.Run(fmt.Sprintf("masters=%d/sidelock-nofence", n), func(b *testing.B) {
+			uncontendedHTTP(b, tcpClient(), newSidecarFencing(b, nodes, false).URL)
+		})
+		if n == 3 {
+			b.Run(fmt.Sprintf("masters=%d/sidelock-unix", n), func(b *testing.B) {
+				client, base := newUnixSidecar(b, nodes)
+				uncontendedHTTP(b, client, base)
+			})
+		}
 		b.Run(fmt.Sprintf("masters=%d/redsync", n), func(b *testing.B) {
 			rs := redsyncFor(b, nodes)
 			lat := make(latencies, 0, b.N)
@@ -62,16 +69,20 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 }
 
-func uncontendedHTTP(b *testing.B, srv *httptest.Server) {
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+func tcpClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+}
+
+func uncontendedHTTP(b *testing.B, client *http.Client, base string) {
 	lat := make(latencies, 0, b.N)
 	for i := 0; b.Loop(); i++ {
-		name := fmt.Sprintf("un/%d", i%1024)
 		start := time.Now()
-		releaseHTTP(b, client, srv.URL, name, acquireHTTP(b, client, srv.URL, name))
-		lat = append(lat, time.Since(start))
+		if pairHTTP(b, client, base, fmt.Sprintf("un/%d", i%1024)) {
+			lat = append(lat, time.Since(start))
+		}
 	}
 	lat.report(b)
+	reportErrors(b)
 }
 
 // BenchmarkThroughput is acquire+release pairs per second with 16 and 64
@@ -85,9 +96,9 @@ func BenchmarkThroughput(b *testing.B) {
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers}}
 			b.Run(fmt.Sprintf("masters=%d/callers=%d/sidelock", n, callers), func(b *testing.B) {
 				parallelPairs(b, callers, func(worker, i int) {
-					name := fmt.Sprintf("tp/%d/%d", worker, i%64)
-					releaseHTTP(b, client, srv.URL, name, acquireHTTP(b, client, srv.URL, name))
+					pairHTTP(b, client, srv.URL, fmt.Sprintf("tp/%d/%d", worker, i%64))
 				})
+				reportErrors(b)
 			})
 			b.Run(fmt.Sprintf("masters=%d/callers=%d/redsync", n, callers), func(b *testing.B) {
 				parallelPairs(b, callers, func(worker, i int) {

@@ -2,25 +2,29 @@ package bench
 
 import (
 	"math/rand/v2"
-
-	"github.com/go-redsync/redsync/v4"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-redsync/redsync/v4"
 )
 
 // BenchmarkContention16 is 16 callers, 8 on each of two sidecars over three
 // real masters, taking turns on one lock and holding it 1 ms each. One
 // iteration is one grant. It compares sidelock's waiting (wait=5s: FIFO
 // queue per sidecar, Pub/Sub wake-up) with the common library default, a
-// client retry loop sleeping 50–250 ms between tries, in the same run.
+// client retry loop sleeping 50–250 ms between tries, in the same run;
+// sidelock-wait-one-sidecar is the 16 callers of one pod on its one sidecar,
+// where a hand-off can stay inside the sidecar (issue 18).
 //
 // Reported: acq/s, hand-off (the previous holder's release request to the
 // next grant) p50/p99, the same for hand-offs to another caller, waiters'
-// wait p50/p99, and the share of grants that went to the caller that held
-// the lock just before (a polling loop favours it: it retries at once).
+// wait p50/p99, the share of grants that went to the caller that held
+// the lock just before (a polling loop favours it: it retries at once),
+// and with two sidecars the share of grants of the one that got fewer
+// (50 % is even; a sidecar that hands over locally could starve the other).
 func BenchmarkContention16(b *testing.B) {
 	nodes := redisMasters(b, 3)
 	sidecars := []*httptest.Server{newSidecar(b, nodes), newSidecar(b, redisMastersSharing(b, nodes))}
@@ -29,6 +33,7 @@ func BenchmarkContention16(b *testing.B) {
 			runContention(b, sidecars, mode == "sidelock-wait")
 		})
 	}
+	b.Run("sidelock-wait-one-sidecar", func(b *testing.B) { runContention(b, sidecars[:1], true) })
 	b.Run("redsync", func(b *testing.B) { runRedsyncContention(b, redsyncFor(b, nodes)) })
 }
 
@@ -47,7 +52,7 @@ func runRedsyncContention(b *testing.B, rs *redsync.Redsync) {
 				if err := m.Lock(); err != nil {
 					continue // ran out of tries: counts as waiting longer
 				}
-				rec.grant(w, time.Now(), time.Since(asked))
+				rec.grant(w, 0, time.Now(), time.Since(asked))
 				time.Sleep(time.Millisecond)
 				rec.release(time.Now())
 				_, _ = m.Unlock()
@@ -61,6 +66,7 @@ func runRedsyncContention(b *testing.B, rs *redsync.Redsync) {
 type contentionRecord struct {
 	mu          sync.Mutex
 	grants      int
+	bySidecar   map[int]int // grants by the sidecar that made them
 	lastRelease time.Time
 	lastHolder  int
 	sameHolder  int
@@ -69,10 +75,14 @@ type contentionRecord struct {
 	waits       latencies
 }
 
-// grant records a grant and reports whether the run needs more.
-func (r *contentionRecord) grant(worker int, at time.Time, waited time.Duration) {
+// grant records a grant by a sidecar.
+func (r *contentionRecord) grant(worker, sidecar int, at time.Time, waited time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.bySidecar == nil {
+		r.bySidecar = map[int]int{}
+	}
+	r.bySidecar[sidecar]++
 	if !r.lastRelease.IsZero() {
 		r.handoffs = append(r.handoffs, at.Sub(r.lastRelease))
 		if worker == r.lastHolder {
@@ -105,7 +115,8 @@ func runContention(b *testing.B, sidecars []*httptest.Server, wait bool) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range callers {
-		base := sidecars[w%len(sidecars)].URL
+		sidecar := w % len(sidecars)
+		base := sidecars[sidecar].URL
 		wg.Go(func() {
 			for rec.more(b.N) {
 				asked := time.Now()
@@ -113,7 +124,7 @@ func runContention(b *testing.B, sidecars []*httptest.Server, wait bool) {
 				if !ok {
 					continue
 				}
-				rec.grant(w, time.Now(), time.Since(asked))
+				rec.grant(w, sidecar, time.Now(), time.Since(asked))
 				time.Sleep(time.Millisecond)
 				rec.release(time.Now())
 				releaseHTTP(b, client, base, "contended", tok)
@@ -122,6 +133,21 @@ func runContention(b *testing.B, sidecars []*httptest.Server, wait bool) {
 	}
 	wg.Wait()
 	rec.report(b, time.Since(start))
+	rec.reportSidecarShare(b, len(sidecars))
+	reportErrors(b)
+}
+
+// reportSidecarShare reports, with more than one sidecar, the share of the
+// grants made by the sidecar that made the fewest.
+func (r *contentionRecord) reportSidecarShare(b *testing.B, sidecars int) {
+	if sidecars < 2 || r.grants == 0 {
+		return
+	}
+	least := r.grants
+	for s := range sidecars {
+		least = min(least, r.bySidecar[s])
+	}
+	b.ReportMetric(100*float64(least)/float64(r.grants), "%grants-least-sidecar")
 }
 
 // report prints the workload's figures; lock-busy is the share of the run

@@ -1,15 +1,20 @@
 // Command report turns `go test -bench` output from tools/bench into the
-// table of issue #7's targets: each a ratio or a figure measured in the
-// same run, with the medians behind it. From tools/ (make bench):
+// table of issue 18's targets (and issue 7's it does not restate): each a
+// ratio or a figure measured in the same run, with the medians behind it,
+// marked met or not. With -update it also puts the table between the
+// generated-section markers of each file named. From tools/ (make bench):
 //
-//	go run ./report results/latest.txt > results/table.md
+//	go run ./report -update ../docs/performance.md,../README.md results/latest.txt > results/table.md
 package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/sidelock/sidelock/tools/benchread"
 )
@@ -33,6 +38,9 @@ func ratio(aName, aUnit, bName, bUnit string) func(results) (float64, string, bo
 		if !okA || !okB || b == 0 {
 			return 0, "", false
 		}
+		if aUnit != bUnit {
+			return a / b, fmt.Sprintf("%.4g %s / %.4g %s", a, aUnit, b, bUnit), true
+		}
 		return a / b, fmt.Sprintf("%.4g / %.4g %s", a, b, aUnit), true
 	}
 }
@@ -44,42 +52,102 @@ func figure(name, unit string) func(results) (float64, string, bool) {
 	}
 }
 
+// unc is the uncontended pair's p50 of a variant over masters.
+func unc(masters int, variant string) string {
+	return fmt.Sprintf("Uncontended/masters=%d/%s", masters, variant)
+}
+
+// Issue 18's targets, and issue 7's rows it does not restate, with their
+// bounds. Every ratio is of two medians of the same run.
 var targets = []target{
-	{"uncontended acquire+release p50, 3 masters: sidelock HTTP / redsync in-process", ratio("Uncontended/masters=3/sidelock", "p50-µs", "Uncontended/masters=3/redsync", "p50-µs"), true, 0.75, "×"},
-	{"  same, fencing off", ratio("Uncontended/masters=3/sidelock-nofence", "p50-µs", "Uncontended/masters=3/redsync", "p50-µs"), true, 0.75, "×"},
-	{"  same, 1 master", ratio("Uncontended/masters=1/sidelock", "p50-µs", "Uncontended/masters=1/redsync", "p50-µs"), true, 0.75, "×"},
-	{"  same, 5 masters", ratio("Uncontended/masters=5/sidelock", "p50-µs", "Uncontended/masters=5/redsync", "p50-µs"), true, 0.75, "×"},
+	{"uncontended acquire+release p50, 3 masters: sidelock HTTP / redsync in-process", ratio(unc(3, "sidelock"), "p50-µs", unc(3, "redsync"), "p50-µs"), true, 1, "×"},
+	{"  same, fencing off", ratio(unc(3, "sidelock-nofence"), "p50-µs", unc(3, "redsync"), "p50-µs"), true, 0.75, "×"},
+	{"  same, over the Unix socket (SIDELOCK_LISTEN_ADDR=unix://…)", ratio(unc(3, "sidelock-unix"), "p50-µs", unc(3, "redsync"), "p50-µs"), true, 1, "×"},
+	{"  same, 1 master", ratio(unc(1, "sidelock"), "p50-µs", unc(1, "redsync"), "p50-µs"), true, 1, "×"},
+	{"  same, 5 masters", ratio(unc(5, "sidelock"), "p50-µs", unc(5, "redsync"), "p50-µs"), true, 0.75, "×"},
+	{"hot lock (one name re-acquired back to back), p50: sidelock, one caller / redsync", ratio("HotLock/masters=3/sidelock", "p50-µs", "HotLock/masters=3/redsync", "p50-µs"), true, 0.35, "×"},
+	{"  same, two callers of one sidecar taking turns / redsync", ratio("HotLock/masters=3/sidelock-2-callers", "p50-µs", "HotLock/masters=3/redsync", "p50-µs"), true, 0.35, "×"},
 	{"throughput, 64 callers, 3 masters: sidelock / redsync", ratio("Throughput/masters=3/callers=64/sidelock", "pairs/s", "Throughput/masters=3/callers=64/redsync", "pairs/s"), false, 2, "×"},
 	{"throughput, 16 callers, 3 masters: sidelock / redsync", ratio("Throughput/masters=3/callers=16/sidelock", "pairs/s", "Throughput/masters=3/callers=16/redsync", "pairs/s"), false, 2, "×"},
 	{"throughput, 64 callers, 1 master: sidelock pairs/s (3× Dapr's 5.6k)", figure("Throughput/masters=1/callers=64/sidelock", "pairs/s"), false, 16800, "pairs/s"},
-	{"16-way contention, 1 ms holds: lock busy", figure("Contention16/sidelock-wait", "%lock-busy"), false, 85, "%"},
-	{"16-way contention: waiters' p99 wait", figure("Contention16/sidelock-wait", "wait-p99-µs"), true, 40000, "µs"},
-	{"16-way contention: hand-off p50", figure("Contention16/sidelock-wait", "handoff-p50-µs"), true, 500, "µs"},
-	{"16-way contention: share of grants to the previous holder (fairness)", figure("Contention16/sidelock-wait", "%same-holder"), true, 10, "%"},
+	{"Redis CPU per pair, all 3 masters, one sequential caller: sidelock / redsync", ratio("CPUPerPair/masters=3/sidelock-process", "redis-cpu-µs/pair", "CPUPerPair/masters=3/redsync", "redis-cpu-µs/pair"), true, 0.5, "×"},
+	{"sidecar process CPU per pair / redsync's client CPU per pair", ratio("CPUPerPair/masters=3/sidelock-process", "sidecar-cpu-µs/pair", "CPUPerPair/masters=3/redsync", "client-cpu-µs/pair"), true, 1, "×"},
+	{"16 callers of one sidecar on one lock, 1 ms holds: lock busy", figure("Contention16/sidelock-wait-one-sidecar", "%lock-busy"), false, 90, "%"},
+	{"  same: hand-off p50", figure("Contention16/sidelock-wait-one-sidecar", "handoff-p50-µs"), true, 200, "µs"},
+	{"16 callers over 2 sidecars, 1 ms holds: lock busy", figure("Contention16/sidelock-wait", "%lock-busy"), false, 75, "%"},
+	{"  same: waiters' p99 wait", figure("Contention16/sidelock-wait", "wait-p99-µs"), true, 40000, "µs"},
+	{"  same: share of grants of the sidecar with fewer (40–60 % each)", figure("Contention16/sidelock-wait", "%grants-least-sidecar"), false, 40, "%"},
+	{"  same: hand-off p50", figure("Contention16/sidelock-wait", "handoff-p50-µs"), true, 500, "µs"},
+	{"  same: share of grants to the previous holder (fairness)", figure("Contention16/sidelock-wait", "%same-holder"), true, 10, "%"},
 	{"renewal of 10k held locks: CPU per renewal (sidecar + Redis)", figure("Renewal/locks=10000/sidelock", "cpu-µs/renewal"), true, 10, "µs"},
 	{"renewal of 10k held locks: redsync Extend CPU / sidelock CPU", ratio("Renewal/locks=10000/redsync-extend", "cpu-µs/renewal", "Renewal/locks=10000/sidelock", "cpu-µs/renewal"), false, 10, "×"},
 	{"idle RSS", figure("SidecarIdleRSS", "idle-RSS-MB"), true, 15, "MB"},
 	{"RSS holding 10k locks", figure("SidecarIdleRSS", "10k-held-RSS-MB"), true, 40, "MB"},
 	{"process start to /readyz 200", figure("SidecarIdleRSS", "start-to-ready-ms"), true, 100, "ms"},
 	{"static binary (-trimpath -s -w)", figure("SidecarIdleRSS", "binary-MB"), true, 20, "MB"},
+	{"errors (unexpected answers, transport errors) in all benchmarks, all runs", errorsSum, true, 0, ""},
+}
+
+// errorsSum adds up every "errors" value of the run: each benchmark's
+// count in each of its repetitions, since an error in any counts.
+func errorsSum(r results) (float64, string, bool) {
+	var total float64
+	var benchmarks int
+	var with []string
+	for key, values := range r {
+		name, unit, _ := strings.Cut(key, "|")
+		if unit != "errors" {
+			continue
+		}
+		benchmarks++
+		var n float64
+		for _, v := range values {
+			n += v
+		}
+		if n > 0 {
+			with = append(with, fmt.Sprintf("%s %g", name, n))
+		}
+		total += n
+	}
+	if benchmarks == 0 {
+		return 0, "", false
+	}
+	slices.Sort(with)
+	raw := fmt.Sprintf("%d benchmarks counting", benchmarks)
+	if len(with) > 0 {
+		raw += ": " + strings.Join(with, ", ")
+	}
+	return total, raw, true
 }
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: report BENCH_OUTPUT")
+	update := flag.String("update", "", "comma-separated `files` whose text between "+beginMarker+" and "+endMarker+" becomes the table")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: report [-update FILE,...] BENCH_OUTPUT")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 1 {
+		flag.Usage()
 		os.Exit(2)
 	}
-	raw, err := os.ReadFile(os.Args[1])
+	res, err := benchread.ReadFile(flag.Arg(0), os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	res, err := benchread.Read(bytes.NewReader(raw), os.Args[1], os.Stderr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	var table bytes.Buffer
+	write(&table, res)
+	os.Stdout.Write(table.Bytes())
+	if *update == "" {
+		return
 	}
-	write(os.Stdout, res)
+	for _, path := range strings.Split(*update, ",") {
+		if err := updateFile(path, table.String()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 }
 
 func write(w io.Writer, r results) {
@@ -93,6 +161,13 @@ func write(w io.Writer, r results) {
 		}
 		met := (t.atMost && v <= t.bound) || (!t.atMost && v >= t.bound)
 		op := map[bool]string{true: "≤", false: "≥"}[t.atMost]
-		fmt.Fprintf(w, "| %s | %.3g %s | %s %.3g %s | %s | %s |\n", t.what, v, t.unit, op, t.bound, t.unit, map[bool]string{true: "yes", false: "**no**"}[met], raw)
+		fmt.Fprintf(w, "| %s | %s | %s %s | %s | %s |\n", t.what, withUnit(v, t.unit), op, withUnit(t.bound, t.unit), map[bool]string{true: "yes", false: "**no**"}[met], raw)
 	}
+}
+
+func withUnit(v float64, unit string) string {
+	if unit == "" {
+		return fmt.Sprintf("%.3g", v)
+	}
+	return fmt.Sprintf("%.3g %s", v, unit)
 }
