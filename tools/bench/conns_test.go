@@ -139,17 +139,19 @@ func openConn(b *testing.B, addr, request string, expectBody bool) net.Conn {
 	return c
 }
 
-// connKinds open one connection of each measured kind; i numbers it.
-var connKinds = map[string]func(b *testing.B, api string, i int){
-	"idle": func(b *testing.B, api string, i int) {
+// connKinds open one connection of each measured kind; i numbers it, and
+// run makes its lock names this run's own: a stopped sidecar leaves its
+// held keys to lapse, so the next run on the same masters must not meet them.
+var connKinds = map[string]func(b *testing.B, api, run string, i int){
+	"idle": func(b *testing.B, api, run string, i int) {
 		openConn(b, api, "GET /locks HTTP/1.1\r\nHost: x\r\n\r\n", true)
 	},
-	"held": func(b *testing.B, api string, i int) {
-		openConn(b, api, fmt.Sprintf("POST /locks/stream/%d?hold=true HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", i), true)
+	"held": func(b *testing.B, api, run string, i int) {
+		openConn(b, api, fmt.Sprintf("POST /locks/stream/%s/%d?hold=true HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", run, i), true)
 	},
-	"waiter": func(b *testing.B, api string, i int) {
+	"waiter": func(b *testing.B, api, run string, i int) {
 		// Spread over names, as no one name may take every waiting slot.
-		name := fmt.Sprintf("contended/%d", i%contendedNames)
+		name := fmt.Sprintf("contended/%s/%d", run, i%contendedNames)
 		if i < contendedNames { // the holder its waiters queue behind
 			openConn(b, api, "POST /locks/"+name+"?hold=true HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", true)
 		}
@@ -173,8 +175,9 @@ func BenchmarkSidecarMemoryPerConnection(b *testing.B) {
 				s := startBinary(b, bin, masters, fmt.Sprintf("SIDELOCK_MAX_CONNS=%d", n+16), fmt.Sprintf("SIDELOCK_MAX_WAITERS=%d", n+16))
 				settle()
 				before := s.sample(b)
+				run := strconv.FormatInt(time.Now().UnixNano(), 36)
 				for i := range n {
-					connKinds[kind](b, s.api, i)
+					connKinds[kind](b, s.api, run, i)
 				}
 				if kind == "waiter" {
 					waitFor(b, s, "sidelock_waiters", float64(n))

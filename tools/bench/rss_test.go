@@ -135,8 +135,9 @@ func BenchmarkSidecarRSSAtChartCaps(b *testing.B) {
 		idleMB = s.sample(b).rssKB / 1024
 		streams := caps["maxConns"] - 8 // a few places for the heartbeat callers and the scrape
 		holdMany(b, "http://"+s.api, caps["maxLocks"]-streams)
+		run := strconv.FormatInt(time.Now().UnixNano(), 36)
 		for i := range streams {
-			connKinds["held"](b, s.api, i)
+			connKinds["held"](b, s.api, run, i)
 		}
 		settle()
 		fullMB = s.sample(b).rssKB / 1024
