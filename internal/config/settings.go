@@ -221,7 +221,7 @@ var settings = indexFields([]Setting{
 		Why:   " (and fit RLIMIT_NOFILE, checked at start-up)",
 		Chart: "sidecar.config.maxConns"},
 	{Env: "SIDELOCK_FENCING", Default: true,
-		Doc:   "give every grant a fencing token (one more round to the masters on acquire)",
+		Doc:   "give every grant a fencing token (a little more work per acquire; one more round to the masters when the fence proposal is refused)",
 		Chart: "sidecar.config.fencing"},
 	{Env: "SIDELOCK_FENCE_RETENTION", Default: time.Hour,
 		Doc:   "how long a lock's fence counter outlives its last grant on a master",

@@ -14,7 +14,7 @@ import (
 // A protected resource that rejects writes carrying a fence lower than one
 // it has seen is then safe from a holder that was paused past its lease.
 //
-// How (two rounds instead of one):
+// How (two rounds, or one with a proposal, below):
 //
 //  1. Acquire: each master atomically sets the key (if free) and, in the
 //     same step, reads its floor: max(counter, clock in µs). F is the

@@ -80,7 +80,8 @@ type Config struct {
 	Now func() time.Time
 	// Fencing makes every grant carry a fence: a number greater than the
 	// fence of every grant of the key that finished before it began. It
-	// costs a second round to the masters on acquire (see fence.go).
+	// costs a second round to the masters on acquire unless the fence
+	// proposal is committed in the first (see fence.go).
 	Fencing bool
 	// FenceRetention is how long a key's fence counter outlives its last
 	// grant on a master (default 1h); see fence.go for why it is safe to
