@@ -50,7 +50,7 @@ func listenUnix(path string) (net.Listener, error) {
 	}
 	// Exactly socketMode, whatever narrower umask the process has.
 	if err := os.Chmod(path, socketMode); err != nil {
-		ln.Close()
+		_ = ln.Close()
 		return nil, fmt.Errorf("SIDELOCK_LISTEN_ADDR: %w", err)
 	}
 	return &unixListener{UnixListener: ln}, nil

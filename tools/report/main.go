@@ -138,7 +138,10 @@ func main() {
 	}
 	var table bytes.Buffer
 	write(&table, res)
-	os.Stdout.Write(table.Bytes())
+	if _, err := os.Stdout.Write(table.Bytes()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if *update == "" {
 		return
 	}
