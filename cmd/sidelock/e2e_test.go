@@ -122,13 +122,20 @@ func (w *syncWriter) Write(p []byte) (int, error) {
 // do sends a request to the sidecar and decodes its JSON answer.
 func (s *sidecar) do(t *testing.T, method, path, token string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(method, s.api+path, nil)
+	return doJSON(t, http.DefaultClient, method, s.api+path, token)
+}
+
+// doJSON sends a request with the lease's token (if any) through client
+// and decodes the JSON answer.
+func doJSON(t *testing.T, client *http.Client, method, url, token string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
 	if token != "" {
 		req.Header.Set("Lock-Token", token)
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	defer res.Body.Close()
 	var body map[string]any

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/redistest"
 	"github.com/sidelock/sidelock/internal/sidecartest"
 )
@@ -59,29 +58,18 @@ func startUnixSidecar(t *testing.T, masters []*redistest.Server, socket string) 
 	return s
 }
 
+// unixHTTPClient reaches the socket as the CLI does (apiEndpoint).
 func unixHTTPClient(socket string) *http.Client {
-	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	}
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: dial}}
+	_, client := apiEndpoint(config.UnixScheme + socket)
+	client.Timeout = 10 * time.Second
+	return client
 }
 
 // do sends a request over the socket, as curl --unix-socket does, and
 // decodes the JSON answer.
 func (s *unixSidecar) do(t *testing.T, method, path, token string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(method, "http://sidelock"+path, nil)
-	if token != "" {
-		req.Header.Set("Lock-Token", token)
-	}
-	res, err := s.api.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer res.Body.Close()
-	var body map[string]any
-	_ = json.NewDecoder(res.Body).Decode(&body)
-	return res.StatusCode, body
+	return doJSON(t, s.api, method, "http://sidelock"+path, token)
 }
 
 // A sidecar started over a socket a killed sidecar left behind replaces
@@ -91,7 +79,7 @@ func (s *unixSidecar) do(t *testing.T, method, path, token string) (int, map[str
 func TestE2EUnixSocketServesTheLockAPI(t *testing.T) {
 	masters := durableMasters(t, 3)
 	socket := filepath.Join(t.TempDir(), "api.sock")
-	leaveStaleSocket(t, socket)
+	sidecartest.LeaveStaleSocket(t, socket)
 	s := startUnixSidecar(t, masters, socket)
 	other := startSidecar(t, masters)
 
@@ -127,18 +115,6 @@ func TestE2EUnixSocketServesTheLockAPI(t *testing.T) {
 	if _, err := os.Lstat(socket); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("socket after a clean shutdown: %v, want it removed", err)
 	}
-}
-
-// leaveStaleSocket leaves a socket nobody serves at path, as a killed
-// sidecar does.
-func leaveStaleSocket(t *testing.T, path string) {
-	t.Helper()
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.SetUnlinkOnClose(false)
-	ln.Close()
 }
 
 // A regular file at the socket's path is never deleted, and a socket path

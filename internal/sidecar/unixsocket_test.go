@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/internal/config"
+	"github.com/sidelock/sidelock/internal/sidecartest"
 )
 
 // unixConfig is devConfig with the lock API on a Unix socket in a
@@ -121,7 +122,7 @@ func TestSidecarServesOnAUnixSocket(t *testing.T) {
 // A socket left by a sidecar that died (nobody serves it) is replaced.
 func TestStaleSocketIsReplaced(t *testing.T) {
 	cfg, path := unixConfig(t)
-	leaveStaleSocket(t, path)
+	sidecartest.LeaveStaleSocket(t, path)
 	s, err := New(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("over a stale socket: %v", err)
@@ -130,18 +131,6 @@ func TestStaleSocketIsReplaced(t *testing.T) {
 	if code, body := call(t, unixClient(path), "POST", "/locks/after-crash", ""); code != 200 {
 		t.Fatalf("acquire on the new socket: %d %v", code, body)
 	}
-}
-
-// leaveStaleSocket leaves a socket file at path that nobody serves, as a
-// killed process does.
-func leaveStaleSocket(t *testing.T, path string) {
-	t.Helper()
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.SetUnlinkOnClose(false)
-	ln.Close()
 }
 
 // Whatever else is at the path is never deleted: a regular file, a

@@ -42,22 +42,8 @@ func TestFencesIncreaseAcrossChangingMajorities(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, uint64(n)))
 			var last int64
 			for i := range 300 {
-				down := rng.Perm(n)[:rng.IntN(n/2+1)]
-				for _, d := range down {
-					mem[d].SetDown(true)
-				}
 				value := fmt.Sprintf("v%d", i)
-				g, err := l.Acquire(context.Background(), "k", value, 10*time.Second)
-				for _, d := range down {
-					mem[d].SetDown(false)
-				}
-				if err != nil {
-					t.Fatalf("grant %d with %v down: %v", i, down, err)
-				}
-				if g.Fence <= last {
-					t.Fatalf("grant %d fence %d not above the previous %d (down %v)", i, g.Fence, last, down)
-				}
-				last = g.Fence
+				last = grantAboveWithAMinorityDown(t, rng, mem, l, value, last)
 				// Clear the key everywhere, as a release plus expiry would;
 				// the counters stay, as on masters that keep their data.
 				for _, m := range mem {
@@ -273,23 +259,9 @@ func TestProposedFencesIncreaseWhateverTheCallersClocks(t *testing.T) {
 	var last int64
 	oneRound := 0
 	for i := range 600 {
-		down := rng.Perm(n)[:rng.IntN(n/2+1)]
-		for _, d := range down {
-			mem[d].SetDown(true)
-		}
 		value := fmt.Sprintf("v%d", i)
 		before := commitRounds(counters)
-		g, err := lockers[rng.IntN(len(lockers))].Acquire(context.Background(), "k", value, 10*time.Second)
-		for _, d := range down {
-			mem[d].SetDown(false)
-		}
-		if err != nil {
-			t.Fatalf("grant %d with %v down: %v", i, down, err)
-		}
-		if g.Fence <= last {
-			t.Fatalf("grant %d fence %d not above the previous %d (down %v)", i, g.Fence, last, down)
-		}
-		last = g.Fence
+		last = grantAboveWithAMinorityDown(t, rng, mem, lockers[rng.IntN(len(lockers))], value, last)
 		if commitRounds(counters) == before {
 			oneRound++
 		}
@@ -332,4 +304,25 @@ func TestALosingProposalIsWithdrawn(t *testing.T) {
 	if err != nil || h.Value != "winner" || h.Fence != winner.Fence {
 		t.Fatalf("inspect: %+v, %v; want the winner with fence %d", h, err, winner.Fence)
 	}
+}
+
+// grantAboveWithAMinorityDown grants key "k" to value through l while a
+// random minority of mem is down, and fails unless the fence is above last.
+func grantAboveWithAMinorityDown(t *testing.T, rng *rand.Rand, mem []*memnode.Node, l *redlock.Locker, value string, last int64) int64 {
+	t.Helper()
+	down := rng.Perm(len(mem))[:rng.IntN(len(mem)/2+1)]
+	for _, d := range down {
+		mem[d].SetDown(true)
+	}
+	g, err := l.Acquire(context.Background(), "k", value, 10*time.Second)
+	for _, d := range down {
+		mem[d].SetDown(false)
+	}
+	if err != nil {
+		t.Fatalf("grant to %s with %v down: %v", value, down, err)
+	}
+	if g.Fence <= last {
+		t.Fatalf("grant to %s fence %d not above the previous %d (down %v)", value, g.Fence, last, down)
+	}
+	return g.Fence
 }

@@ -6,30 +6,16 @@
 -- fence.go). Returns {1, 0, proposal, 1, replaced_counter} when committed,
 -- {1, 0, floor, 0, 0} when taken but the floor was not below the proposal
 -- (counter untouched), or {0, holder_pttl, 0, 0, 0}.
-local key, fence_key, value, ttl = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
-local proposal, retention = tonumber(ARGV[3]), ARGV[4]
+local fence_key, proposal, retention = KEYS[2], tonumber(ARGV[3]), ARGV[4]
 
-local function propose()
-	local floor = fence_floor(fence_key)
-	if proposal > floor then
-		local prev = redis.call('GET', fence_key) or '0'
-		redis.call('SET', fence_key, ARGV[3], 'PX', retention)
-		return {1, 0, proposal, 1, tonumber(prev) or 0}
-	end
+local held = take_key(KEYS[1], ARGV[1], ARGV[2])
+if held >= 0 then
+	return {0, held, 0, 0, 0}
+end
+local floor = fence_floor(fence_key)
+if proposal <= floor then
 	return {1, 0, floor, 0, 0}
 end
-
-if redis.call('SET', key, value, 'NX', 'PX', ttl) then
-	return propose()
-end
-
-if redis.call('GET', key) == value then
-	redis.call('PEXPIRE', key, ttl)
-	return propose()
-end
-
-local pttl = redis.call('PTTL', key)
-if pttl < 0 then
-	pttl = 0
-end
-return {0, pttl, 0, 0, 0}
+local prev = redis.call('GET', fence_key) or '0'
+redis.call('SET', fence_key, ARGV[3], 'PX', retention)
+return {1, 0, proposal, 1, tonumber(prev) or 0}

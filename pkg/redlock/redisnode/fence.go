@@ -28,11 +28,11 @@ var (
 	//go:embed withdraw_proposal.lua
 	withdrawProposalSrc string
 
-	acquireFencedScript    = redis.NewScript(fenceFloorSrc + acquireFencedSrc)
+	acquireFencedScript    = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireFencedSrc)
 	commitFenceScript      = redis.NewScript(commitFenceSrc)
 	getFencedScript        = redis.NewScript(getFencedSrc)
-	acquireCommittedScript = redis.NewScript(fenceFloorSrc + acquireCommittedSrc)
-	acquireProposedScript  = redis.NewScript(fenceFloorSrc + acquireProposedSrc)
+	acquireCommittedScript = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireCommittedSrc)
+	acquireProposedScript  = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireProposedSrc)
 	withdrawProposalScript = redis.NewScript(withdrawProposalSrc)
 )
 

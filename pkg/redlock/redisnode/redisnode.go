@@ -43,6 +43,8 @@ var (
 )
 
 var (
+	//go:embed take_key.lua
+	takeKeySrc string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed extend.lua
@@ -52,7 +54,7 @@ var (
 	//go:embed get.lua
 	getSrc string
 
-	acquireScript = redis.NewScript(acquireSrc)
+	acquireScript = redis.NewScript(takeKeySrc + acquireSrc)
 	extendScript  = redis.NewScript(extendSrc)
 	releaseScript = redis.NewScript(releaseSrc)
 	getScript     = redis.NewScript(getSrc)
