@@ -8,4 +8,4 @@ local held = take_key(KEYS[1], ARGV[1], ARGV[2])
 if held >= 0 then
 	return {0, held, 0}
 end
-return {1, 0, fence_floor(KEYS[2])}
+return {1, 0, (fence_floor(KEYS[2]))}

@@ -12,10 +12,9 @@ local held = take_key(KEYS[1], ARGV[1], ARGV[2])
 if held >= 0 then
 	return {0, held, 0, 0, 0}
 end
-local floor = fence_floor(fence_key)
+local floor, counter = fence_floor(fence_key)
 if proposal <= floor then
 	return {1, 0, floor, 0, 0}
 end
-local prev = redis.call('GET', fence_key) or '0'
 redis.call('SET', fence_key, ARGV[3], 'PX', retention)
-return {1, 0, proposal, 1, tonumber(prev) or 0}
+return {1, 0, proposal, 1, counter}

@@ -15,7 +15,7 @@ local function granted()
 	if redis.call('GET', intent_key) == value then
 		redis.call('DEL', intent_key)
 	end
-	return {1, 0, fence_floor(fence_key)}
+	return {1, 0, (fence_floor(fence_key))}
 end
 
 -- A retried AcquireWriter whose first reply was lost must succeed again

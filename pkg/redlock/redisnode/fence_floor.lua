@@ -2,13 +2,16 @@
 -- and this server's clock in microseconds. Prepended (fence.go) to every
 -- script that grants a fenced key, so they all read it alike: reading it
 -- in the same atomic step as the grant is what makes fences monotonic.
+-- The counter itself (0 when absent) is the second result; a caller that
+-- puts the floor last in a table wraps the call in parentheses, or Lua
+-- would add the counter to the table too.
 local function fence_floor(fence_key)
 	local t = redis.call('TIME')
 	local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 	local counter = tonumber(redis.call('GET', fence_key) or '0') or 0
 	if counter > now then
-		return counter
+		return counter, counter
 	end
-	return now
+	return now, counter
 end
 
