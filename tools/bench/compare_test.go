@@ -52,21 +52,29 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("masters=%d/redsync", n), func(b *testing.B) {
 			rs := redsyncFor(b, nodes)
-			lat := make(latencies, 0, b.N)
-			for i := 0; b.Loop(); i++ {
-				start := time.Now()
-				m := rs.NewMutex(fmt.Sprintf("rs/%d", i%1024), redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
-				if err := m.Lock(); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := m.Unlock(); err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(start))
-			}
-			lat.report(b)
+			redsyncPairs(b, func(i int) *redsync.Mutex {
+				return rs.NewMutex(fmt.Sprintf("rs/%d", i%1024), redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
+			})
 		})
 	}
+}
+
+// redsyncPairs locks and unlocks mutex(i) for each iteration i and
+// reports the pairs' latencies.
+func redsyncPairs(b *testing.B, mutex func(i int) *redsync.Mutex) {
+	lat := make(latencies, 0, b.N)
+	for i := 0; b.Loop(); i++ {
+		start := time.Now()
+		m := mutex(i)
+		if err := m.Lock(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := m.Unlock(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	lat.report(b)
 }
 
 func tcpClient() *http.Client {

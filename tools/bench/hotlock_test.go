@@ -22,18 +22,7 @@ func BenchmarkHotLock(b *testing.B) {
 	b.Run("masters=3/sidelock-2-callers", func(b *testing.B) { hotLockHTTP(b, srv.URL, "hot-2", 2) })
 	b.Run("masters=3/redsync", func(b *testing.B) {
 		m := redsyncFor(b, nodes).NewMutex("rs-hot", redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
-		lat := make(latencies, 0, b.N)
-		for b.Loop() {
-			start := time.Now()
-			if err := m.Lock(); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := m.Unlock(); err != nil {
-				b.Fatal(err)
-			}
-			lat = append(lat, time.Since(start))
-		}
-		lat.report(b)
+		redsyncPairs(b, func(int) *redsync.Mutex { return m })
 	})
 }
 
