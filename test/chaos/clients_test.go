@@ -394,7 +394,7 @@ func (w *worker) critical(ctx context.Context, t target, g *grant) (string, time
 		// acquire's valid_until still stands.
 		beatEvery = g.ttl / 3
 		if lost := w.beat(ctx, t, g); lost {
-			return "lost", time.Now()
+			return "lost", lostAt(g)
 		}
 	}
 	nextBeat := time.Now().Add(beatEvery)
@@ -419,12 +419,24 @@ func (w *worker) critical(ctx context.Context, t target, g *grant) (string, time
 		w.writeAll(g, false)
 		if now.After(nextBeat) {
 			if lost := w.beat(ctx, t, g); lost {
-				return "lost", time.Now()
+				return "lost", lostAt(g)
 			}
 			nextBeat = time.Now().Add(beatEvery)
 		}
 		time.Sleep(writeEvery)
 	}
+}
+
+// lostAt is when a section whose heartbeat was answered lost ended: now,
+// or its deadline if that passed while the answer was on its way (it acts
+// only between beats, never past the deadline). Counting the wait for the
+// answer as acting made a holder look as if it held the lock past its own
+// valid_until (an "overlap" with no broken promise).
+func lostAt(g *grant) time.Time {
+	if now := time.Now(); now.Before(g.deadline) {
+		return now
+	}
+	return g.deadline
 }
 
 // beat is one heartbeat; a fresh valid_until moves the deadline. Only a
