@@ -161,8 +161,10 @@ type OneRoundFencer interface {
 	WithdrawProposal(ctx context.Context, key, fenceKey, value string, proposal, prev int64, retention time.Duration) (bool, error)
 }
 
-// Proposal is a master's answer to OneRoundFencer.AcquireProposed.
-type Proposal struct {
+// Proposal is a master's answer to OneRoundFencer.AcquireProposed. An
+// alias of a struct type, so that memnode can mirror it without importing
+// this package (as it mirrors ExtendItem).
+type Proposal = struct {
 	Acquired  bool
 	HolderTTL time.Duration // when another value holds the key
 	Fence     int64         // the proposal when Committed, else the floor read

@@ -4,8 +4,6 @@ import (
 	"context"
 	"strconv"
 	"time"
-
-	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
 // Fence counters live in the same map as lock keys (under their own fence
@@ -19,10 +17,9 @@ func (n *Node) AcquireFenced(ctx context.Context, key, fenceKey, value string, t
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := n.now()
-	if held, ok := n.lookup(key, now); ok && held.value != value {
-		return false, held.expiresAt.Sub(now), 0, nil
+	if holderTTL, taken := n.take(key, value, ttl, now); !taken {
+		return false, holderTTL, 0, nil
 	}
-	n.store(key, value, ttl, now)
 	return true, 0, max(n.counter(fenceKey, now), now.UnixMicro()), nil
 }
 
@@ -34,33 +31,40 @@ func (n *Node) AcquireCommitted(ctx context.Context, key, fenceKey, value string
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := n.now()
-	if held, ok := n.lookup(key, now); ok && held.value != value {
-		return false, held.expiresAt.Sub(now), 0, nil
+	if holderTTL, taken := n.take(key, value, ttl, now); !taken {
+		return false, holderTTL, 0, nil
 	}
-	n.store(key, value, ttl, now)
 	fence := max(n.counter(fenceKey, now), now.UnixMicro(), above) + 1
 	n.store(fenceKey, strconv.FormatInt(fence, 10), retention, now)
 	return true, 0, fence, nil
 }
 
+// Proposal mirrors redlock.Proposal (memnode does not import redlock).
+type Proposal = struct {
+	Acquired  bool
+	HolderTTL time.Duration
+	Fence     int64
+	Committed bool
+	Prev      int64
+}
+
 // AcquireProposed implements redlock.OneRoundFencer.
-func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (redlock.Proposal, error) {
+func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (Proposal, error) {
 	if err := n.enter(ctx, "acquire"); err != nil {
-		return redlock.Proposal{}, err
+		return Proposal{}, err
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := n.now()
-	if held, ok := n.lookup(key, now); ok && held.value != value {
-		return redlock.Proposal{HolderTTL: held.expiresAt.Sub(now)}, nil
+	if holderTTL, taken := n.take(key, value, ttl, now); !taken {
+		return Proposal{HolderTTL: holderTTL}, nil
 	}
-	n.store(key, value, ttl, now)
 	prev := n.counter(fenceKey, now)
 	if floor := max(prev, now.UnixMicro()); proposal <= floor {
-		return redlock.Proposal{Acquired: true, Fence: floor}, nil
+		return Proposal{Acquired: true, Fence: floor}, nil
 	}
 	n.store(fenceKey, strconv.FormatInt(proposal, 10), retention, now)
-	return redlock.Proposal{Acquired: true, Fence: proposal, Committed: true, Prev: prev}, nil
+	return Proposal{Acquired: true, Fence: proposal, Committed: true, Prev: prev}, nil
 }
 
 // WithdrawProposal implements redlock.OneRoundFencer.

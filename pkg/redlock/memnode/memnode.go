@@ -100,11 +100,22 @@ func (n *Node) Acquire(ctx context.Context, key, value string, ttl time.Duration
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := n.now()
+	if holderTTL, taken := n.take(key, value, ttl, now); !taken {
+		return false, holderTTL, nil
+	}
+	return true, 0, nil
+}
+
+// take claims key for value with ttl, or refreshes it when value holds it
+// already; when another value holds it, it reports that holder's remaining
+// ttl and takes nothing. Every acquisition goes through it, as every Redis
+// one goes through take_key.lua. The caller holds n.mu.
+func (n *Node) take(key, value string, ttl time.Duration, now time.Time) (holderTTL time.Duration, taken bool) {
 	if held, ok := n.lookup(key, now); ok && held.value != value {
-		return false, held.expiresAt.Sub(now), nil
+		return held.expiresAt.Sub(now), false
 	}
 	n.store(key, value, ttl, now)
-	return true, 0, nil
+	return 0, true
 }
 
 // Extend outcomes, as redlock.ExtendOutcome numbers them (memnode does not

@@ -20,6 +20,7 @@ var (
 	_ redlock.ReleaseWatcher = (*Node)(nil)
 	_ redlock.BatchExtender  = (*Node)(nil)
 	_ redlock.Fencer         = (*Node)(nil)
+	_ redlock.OneRoundFencer = (*Node)(nil)
 	_ redlock.RWNode         = (*Node)(nil)
 )
 
