@@ -139,10 +139,12 @@ func (h *holderProc) readOutput(out io.Reader, sidecar int, name, owner string) 
 
 // kill is kill -9: the kernel closes the connection, which releases the
 // lock; nothing else happens. It returns the moment of the kill, once the
-// process and the reader of its output have ended.
+// process and the reader of its output have ended. The moment is read
+// before the signal: the release the death causes, and a grant to another
+// caller, can come before this goroutine runs again.
 func (h *holderProc) kill() time.Time {
-	_ = h.cmd.Process.Kill()
 	at := time.Now()
+	_ = h.cmd.Process.Kill()
 	<-h.read // the pipe's end: every line it printed is recorded
 	_ = h.cmd.Wait()
 	if p := h.grant(); p != nil { // even one startHolder gave up on
