@@ -236,6 +236,10 @@ func (l *lease) freezeSiblings() {
 	}
 }
 
+// waitsForItsPromise tells whether the lease only waits for its latest
+// promise to pass: its set ended, or its caller's lease ran out.
+func (l *lease) waitsForItsPromise() bool { return l.ending() || l.ranOut(time.Now()) }
+
 // ending tells whether the lease's set has ended: it only waits for its
 // own promise to pass (endWithSet).
 func (l *lease) ending() bool {
@@ -372,6 +376,11 @@ func (s LockSets) Release(ctx context.Context, name, token string) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if slices.ContainsFunc(leases, (*lease).waitsForItsPromise) {
+		// The set ended, or the caller's lease ran out: as for a lock,
+		// 410 is final, and the keys stay until the promises pass.
+		return ErrLeaseGone
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(leases))

@@ -132,6 +132,35 @@ func TestALockSetEndsWhole(t *testing.T) {
 	}
 }
 
+// A set whose lease ran out (a lowered ttl, its heartbeats late) is gone
+// to its token for a release as for a heartbeat, and its locks stay held
+// until the set's first promise has passed.
+func TestLockSetReleaseAfterItsLeaseRanOutIsGone(t *testing.T) {
+	f, other := twoSidecars(t)
+	ctx := context.Background()
+	in, err := f.m.LockSets().Acquire(ctx, set("m,n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := f.m.LockSets().Extend(ctx, in.Name, in.Token, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(ext.LeaseExpiresAt.Add(50 * time.Millisecond)))
+	if _, err := f.m.LockSets().Extend(ctx, in.Name, in.Token, 0); !errors.Is(err, lease.ErrLeaseGone) {
+		t.Fatalf("heartbeat after the set's lease ran out: %v, want ErrLeaseGone", err)
+	}
+	if err := f.m.LockSets().Release(ctx, in.Name, in.Token); !errors.Is(err, lease.ErrLeaseGone) {
+		t.Fatalf("release after the heartbeat was answered gone: %v, want ErrLeaseGone", err)
+	}
+	if time.Until(in.ValidUntil) < 500*time.Millisecond {
+		t.Skipf("the machine is too slow for this test: the first promise passed already")
+	}
+	if _, err := other.Acquire(ctx, lease.Request{Name: "n", TTL: time.Second}); err == nil {
+		t.Fatalf("n granted elsewhere while the set's first promise (%v) stood", in.ValidUntil.Format(time.StampMilli))
+	}
+}
+
 func TestLockSetRefusesBadSets(t *testing.T) {
 	f, _ := twoSidecars(t)
 	ctx := context.Background()

@@ -183,6 +183,12 @@ func TestRealLoweredTTLKeepsEarlierPromises(t *testing.T) {
 	if _, err := f.m.Extend(context.Background(), "kept", in.Token, 0); !errors.Is(err, lease.ErrLeaseGone) {
 		t.Fatalf("heartbeat after the lease ran out: %v, want ErrLeaseGone", err)
 	}
+	// 410 is final: the caller's release after it (a finally block) is
+	// refused too, and must not delete the keys while the first promise
+	// stands (found by the chaos suite: a semaphore heartbeat's DELETE).
+	if err := f.m.Release(context.Background(), "kept", in.Token); !errors.Is(err, lease.ErrLeaseGone) {
+		t.Fatalf("release after the heartbeat was answered gone: %v, want ErrLeaseGone", err)
+	}
 	// This sidecar's own retry hint points at the lapse, not the expiry.
 	var held *lease.HeldError
 	if _, err := f.m.Acquire(context.Background(), lease.Request{Name: "kept"}); !errors.As(err, &held) {
