@@ -132,6 +132,27 @@ type grant struct {
 	deadline time.Time
 	parts    []part
 	ttl      time.Duration // the heartbeats' ttl; 0: the lease's own
+	// lapse is when the lease lapses if its caller says nothing more: the
+	// latest lease_expires_at or valid_until it was answered.
+	lapse time.Time
+}
+
+// answered moves the grant's lapse by an answer: the lease's expiry, its
+// valid_until and a set's locks' own.
+func (g *grant) answered(a answer) {
+	for _, t := range append([]time.Time{a.lease.LeaseExpiresAt, a.lease.ValidUntil}, validUntils(a.locks)...) {
+		if t.After(g.lapse) {
+			g.lapse = t
+		}
+	}
+}
+
+func validUntils(locks []client.SetLock) []time.Time {
+	out := make([]time.Time, len(locks))
+	for i, l := range locks {
+		out[i] = l.ValidUntil
+	}
+	return out
 }
 
 // part is one thing a grant holds.
@@ -159,6 +180,7 @@ func (w *worker) granted(t target, owner, kind string, a answer, answered time.T
 		w.o.malformed(t, owner+": "+problem)
 	}
 	g := grant{token: a.lease.Token, deadline: deadlineOf(a.lease.ValidUntil), ttl: ttl}
+	g.answered(a)
 	for _, p := range partsOf(t, a) {
 		p.promise = w.o.granted(p.target, owner, kind, w.car.idx, p.fence, answered, a.lease.ValidUntil)
 		g.parts = append(g.parts, p)
@@ -279,7 +301,7 @@ func (w *worker) leaseOnce(ctx context.Context, t target) {
 	case "killed":
 		w.keptAll(&g, "the client died (no heartbeat, no release)")
 		for _, p := range g.parts {
-			w.o.died(p.target, owner, at, "client")
+			w.o.died(p.target, owner, at, "client", g.lapse)
 		}
 		return // a dead process releases nothing
 	case "paused":
@@ -450,6 +472,7 @@ func (w *worker) beat(ctx context.Context, t target, g *grant) (lost bool) {
 		return true
 	}
 	if err == nil && a.lease.ValidUntil.After(time.Time{}) {
+		g.answered(a)
 		w.promisedAll(g, a.lease.ValidUntil, "heartbeat")
 		w.promisedLocks(g, a, "heartbeat")
 		if d := deadlineOf(a.lease.ValidUntil); d.After(g.deadline) {

@@ -154,7 +154,7 @@ func (r *run) killSidecar(i int) {
 	car.kill()
 	at := time.Now()
 	for _, s := range open {
-		r.o.died(s.target, s.owner, at, "sidecar")
+		r.o.died(s.target, s.owner, at, "sidecar", time.Time{})
 	}
 	r.note("kill -9 of sidecar %d holding %d locks", i, len(open))
 }
@@ -351,8 +351,8 @@ func check(sc scenario, res result) []string {
 	if !v.recovered || v.recovery > recoveryBound {
 		bad("not every sidecar granted again within %v of the fault's end (recovered %v after %v)", recoveryBound, v.recovered, v.recovery)
 	}
-	if v.deaths > 0 && (v.maxHeldForDead > keyTTL+deadHolderSlack || v.unreleased > 0) {
-		bad("a dead holder's key stayed on a majority of masters %v, beyond one key ttl (%v); %d never left", v.maxHeldForDead, keyTTL, v.unreleased)
+	if over, which := deadOverdue(v.deathsSeen, sc.releasesReach); v.deaths > 0 && (over > deadHolderSlack || v.unreleased > 0) {
+		bad("a dead holder's key stayed on a majority of masters %v beyond its allowance (%s); %d never left", over.Round(time.Millisecond), which, v.unreleased)
 	}
 	for i := range res.after {
 		b, a := res.before[i], res.after[i]

@@ -298,11 +298,29 @@ type probe struct {
 // death is a holder that died (its process, or its sidecar) at a moment,
 // and how long a majority of masters kept its key afterwards.
 type death struct {
-	name     string
-	at       time.Time
-	what     string
+	name string
+	at   time.Time
+	what string
+	// lapse is when the dead caller's lease lapses on a sidecar that
+	// outlives it (its lease_expires_at or latest valid_until, whichever
+	// is later); zero when the sidecar died, or the connection held it.
+	lapse    time.Time
 	heldFor  time.Duration
 	released bool
+}
+
+// allowed is how long the dead holder's key may stay on a majority. A
+// caller whose sidecar lives is released when its lease lapses (a held
+// connection's at once): with every master reachable (reached), that is
+// all. When the release cannot reach a majority (masters stopped or cut
+// off), or the sidecar died, the keys go when the last write before then
+// expires, one key ttl later (docs/guarantees.md).
+func (d death) allowed(reached bool) time.Duration {
+	lapse := max(0, d.lapse.Sub(d.at))
+	if reached && d.what != "sidecar" && d.what != "sidecar paused" {
+		return lapse
+	}
+	return keyTTL + lapse
 }
 
 func newOracle() *oracle {
@@ -373,11 +391,11 @@ func (o *oracle) recordProbe(p probe) {
 
 // died records that the holder of name (owner) died at a moment, and
 // watches the masters until its key is gone from a majority.
-func (o *oracle) died(t target, owner string, at time.Time, what string) {
+func (o *oracle) died(t target, owner string, at time.Time, what string, lapse time.Time) {
 	o.watches.Go(func() {
 		heldFor, released := o.watchRelease(t, owner, at)
 		o.mu.Lock()
-		o.deaths = append(o.deaths, death{name: t.exclusive(), at: at, what: what, heldFor: heldFor, released: released})
+		o.deaths = append(o.deaths, death{name: t.exclusive(), at: at, what: what, lapse: lapse, heldFor: heldFor, released: released})
 		o.mu.Unlock()
 	})
 }
@@ -443,6 +461,7 @@ type verdict struct {
 	recovery         time.Duration
 	recovered        bool
 	maxHeldForDead   time.Duration
+	deathsSeen       []death
 	deaths           int
 	unreleased       int           // dead holders' keys still on a majority 3 key ttls later
 	failedProbeP99   time.Duration // how fast a refused acquire answered
@@ -515,6 +534,7 @@ func (o *oracle) judge(start, faultStart, faultEnd, end time.Time, sidecars int)
 	v.recovery, v.recovered = o.recoveryAfter(faultEnd, end, sidecars)
 	v.bySidecar = o.availabilityBySidecar(start, end, sidecars)
 	v.maxHeldForDead, v.deaths, v.unreleased = o.heldForDead()
+	v.deathsSeen = slices.Clone(o.deaths)
 	return v
 }
 
@@ -723,14 +743,28 @@ func (o *oracle) recoveryAfter(faultEnd, end time.Time, sidecars int) (time.Dura
 
 // heldForDead is the longest a dead holder's key stayed on a majority of
 // the masters, how many holders died, and how many keys never went.
-func (o *oracle) heldForDead() (worst time.Duration, deaths, unreleased int) {
+func (o *oracle) heldForDead() (longest time.Duration, deaths, unreleased int) {
 	for _, d := range o.deaths {
-		worst = max(worst, d.heldFor)
+		longest = max(longest, d.heldFor)
 		if !d.released {
 			unreleased++
 		}
 	}
-	return worst, len(o.deaths), unreleased
+	return longest, len(o.deaths), unreleased
+}
+
+// deadOverdue is the most a dead holder's key outstayed its allowance
+// (death.allowed), and which death that was.
+func deadOverdue(deaths []death, reached bool) (overdue time.Duration, which string) {
+	overdue = -keyTTL
+	for _, d := range deaths {
+		if over := d.heldFor - d.allowed(reached); over > overdue {
+			overdue = over
+			which = fmt.Sprintf("%s, whose %s died at %s: held %v, allowed %v",
+				d.name, d.what, d.at.Format("15:04:05.000"), d.heldFor.Round(time.Millisecond), d.allowed(reached).Round(time.Millisecond))
+		}
+	}
+	return overdue, which
 }
 
 // The promise checker on hand-made histories: it runs without a cluster.
