@@ -55,16 +55,34 @@ func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string,
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.proposeLocked(key, fenceKey, value, ttl, proposal, retention, n.now()), nil
+}
+
+// HandOver implements redlock.HandOverer.
+func (n *Node) HandOver(ctx context.Context, key, fenceKey, from, to string, ttl time.Duration, proposal int64, retention time.Duration) (Proposal, error) {
+	if err := n.enter(ctx, "hand over"); err != nil {
+		return Proposal{}, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	now := n.now()
+	if held, ok := n.lookup(key, now); ok && held.value == from {
+		delete(n.entries, key) // the giver's key counts as free; nothing is announced
+	}
+	return n.proposeLocked(key, fenceKey, to, ttl, proposal, retention, now), nil
+}
+
+// proposeLocked is AcquireProposed's step. The caller holds n.mu.
+func (n *Node) proposeLocked(key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration, now time.Time) Proposal {
 	if holderTTL, taken := n.take(key, value, ttl, now); !taken {
-		return Proposal{HolderTTL: holderTTL}, nil
+		return Proposal{HolderTTL: holderTTL}
 	}
 	prev := n.counter(fenceKey, now)
 	if floor := max(prev, now.UnixMicro()); proposal <= floor {
-		return Proposal{Acquired: true, Fence: floor}, nil
+		return Proposal{Acquired: true, Fence: floor}
 	}
 	n.store(fenceKey, strconv.FormatInt(proposal, 10), retention, now)
-	return Proposal{Acquired: true, Fence: proposal, Committed: true, Prev: prev}, nil
+	return Proposal{Acquired: true, Fence: proposal, Committed: true, Prev: prev}
 }
 
 // WithdrawProposal implements redlock.OneRoundFencer.

@@ -95,6 +95,8 @@ func Run(t *testing.T, newNode func(t *testing.T) redlock.Node) {
 		{"FenceProposalCommitsOnlyAboveTheFloor", testFenceProposalAboveTheFloor},
 		{"FenceProposalNeedsTheKey", testFenceProposalNeedsTheKey},
 		{"FenceProposalWithdrawn", testFenceProposalWithdrawn},
+		// Skipped for nodes that do not implement redlock.HandOverer.
+		{"HandOver", testHandOver},
 		// Skipped for nodes that do not implement redlock.BatchExtender.
 		{"ExtendManyIsExtendForEach", testExtendMany},
 		// Skipped for nodes that do not implement redlock.MemberRecorder.

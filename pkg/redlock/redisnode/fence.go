@@ -27,6 +27,8 @@ var (
 	acquireProposedSrc string
 	//go:embed withdraw_proposal.lua
 	withdrawProposalSrc string
+	//go:embed hand_over.lua
+	handOverSrc string
 
 	acquireFencedScript    = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireFencedSrc)
 	commitFenceScript      = redis.NewScript(commitFenceSrc)
@@ -34,11 +36,13 @@ var (
 	acquireCommittedScript = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireCommittedSrc)
 	acquireProposedScript  = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireProposedSrc)
 	withdrawProposalScript = redis.NewScript(withdrawProposalSrc)
+	handOverScript         = redis.NewScript(fenceFloorSrc + takeKeySrc + handOverSrc + acquireProposedSrc)
 )
 
 var (
 	_ redlock.Fencer         = (*Node)(nil)
 	_ redlock.OneRoundFencer = (*Node)(nil)
+	_ redlock.HandOverer     = (*Node)(nil)
 )
 
 // AcquireFenced implements redlock.Fencer.
@@ -74,11 +78,22 @@ func (n *Node) AcquireCommitted(ctx context.Context, key, fenceKey, value string
 // AcquireProposed implements redlock.OneRoundFencer.
 func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (redlock.Proposal, error) {
 	reply, err := n.pipe.run(ctx, acquireProposedScript, []string{key, fenceKey}, value, milliseconds(ttl), proposal, milliseconds(retention)).Int64Slice()
+	return n.proposal(ctx, "acquire", reply, err)
+}
+
+// HandOver implements redlock.HandOverer.
+func (n *Node) HandOver(ctx context.Context, key, fenceKey, from, to string, ttl time.Duration, proposal int64, retention time.Duration) (redlock.Proposal, error) {
+	reply, err := n.pipe.run(ctx, handOverScript, []string{key, fenceKey}, to, milliseconds(ttl), proposal, milliseconds(retention), from).Int64Slice()
+	return n.proposal(ctx, "hand over", reply, err)
+}
+
+// proposal reads an acquire_proposed.lua reply.
+func (n *Node) proposal(ctx context.Context, op string, reply []int64, err error) (redlock.Proposal, error) {
 	if err != nil {
-		return redlock.Proposal{}, n.wrap(ctx, "acquire", err)
+		return redlock.Proposal{}, n.wrap(ctx, op, err)
 	}
 	if len(reply) != 5 {
-		return redlock.Proposal{}, n.wrap(ctx, "acquire", fmt.Errorf("unexpected script reply %v", reply))
+		return redlock.Proposal{}, n.wrap(ctx, op, fmt.Errorf("unexpected script reply %v", reply))
 	}
 	if reply[0] != 1 {
 		return redlock.Proposal{HolderTTL: time.Duration(reply[1]) * time.Millisecond}, nil
