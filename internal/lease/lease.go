@@ -379,11 +379,14 @@ func (l *lease) end(reason EndReason, cause error) {
 	valid := l.promiseLocked()
 	l.m.mu.Unlock()
 	var err error
+	wakeLocal := true
 	if reason != EndShutdown {
-		err = l.m.locker.Release(context.Background(), l.key, l.value)
+		wakeLocal, err = l.letGo(reason)
 	}
 	l.m.mu.Lock()
-	l.m.wakeQueueLocked(l.target().queue())
+	if wakeLocal {
+		l.m.wakeQueueLocked(l.target().queue())
+	}
 	l.closeSubscribersLocked(reason, valid)
 	l.m.mu.Unlock()
 	l.m.changed(l)

@@ -18,6 +18,9 @@ type Locker interface {
 	AcquireReader(ctx context.Context, key, value string, ttl time.Duration, rw redlock.RWKeys) (redlock.Grant, error)
 	AcquireWriter(ctx context.Context, value string, ttl time.Duration, rw redlock.RWKeys) (redlock.Grant, error)
 	Release(ctx context.Context, key, value string) error
+	// HandOver gives key from one value to another without releasing it
+	// (ErrHandOverUnsupported where it cannot).
+	HandOver(ctx context.Context, key, from, to string, ttl time.Duration, floor int64) (redlock.Grant, error)
 	Inspect(ctx context.Context, key string) (redlock.Holder, error)
 	WatchReleases(key string, notify func()) (cancel func())
 	// Drift is the clock-drift allowance the algorithm takes off a grant

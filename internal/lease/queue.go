@@ -38,6 +38,8 @@ const (
 	WakePoll   WakeSource = "poll"   // the fallback poll
 	WakeSplit  WakeSource = "split"  // back-off after a split vote
 	WakeRetry  WakeSource = "retry"  // back-off after a round without quorum
+	// WakeHandOver: the lock was handed over to the waiter (handover.go).
+	WakeHandOver WakeSource = "handover"
 )
 
 // Waiting back-offs.
@@ -60,10 +62,17 @@ type queue struct {
 	wake      chan WakeSource // 1-buffered: wake-ups coalesce
 	stopWatch func()
 	permits   int // a semaphore's, asked by every waiter (0 for a lock)
+	handOvers int // hand-overs in a row (handover.go); guarded by the Manager's lock
+	// yieldUntil: the head lets other sidecars try first until then, after
+	// a chain of hand-overs ended (handover.go); guarded by the Manager's lock.
+	yieldUntil time.Time
 }
 
 type waiter struct {
-	turn chan struct{} // closed when the waiter becomes the head
+	turn   chan struct{} // closed when the waiter becomes the head
+	req    Request       // what it waits for: a hand-over grants it this
+	handed chan *lease   // 1-buffered: a lock handed over to it (handover.go)
+	left   bool          // it left the queue; guarded by the Manager's lock
 }
 
 // signal wakes the head without blocking; pending wake-ups coalesce.
@@ -87,6 +96,8 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 	defer expired.Stop()
 	select {
 	case <-w.turn:
+	case l := <-w.handed:
+		return m.handedOver(l)
 	case <-expired.C:
 		return Info{}, &HeldError{}
 	case <-ctx.Done():
@@ -95,6 +106,12 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 		return Info{}, ErrShuttingDown
 	}
 	for outage := 0; ; {
+		if l, handed, err := m.yieldTurn(ctx, q, w); handed || err != nil {
+			if err != nil {
+				return Info{}, err
+			}
+			return m.handedOver(l)
+		}
 		info, err := m.tryAcquire(ctx, req, true)
 		pause, timerSource, again := m.nextTry(err, outage)
 		if !again {
@@ -107,6 +124,9 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 		}
 		t := time.NewTimer(pause)
 		select {
+		case l := <-w.handed:
+			t.Stop()
+			return m.handedOver(l)
 		case src := <-q.wake:
 			m.obs.Wakeup(src)
 		case <-t.C:
@@ -123,6 +143,12 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 		}
 		t.Stop()
 	}
+}
+
+// handedOver answers a waiter with the lease handed over to it.
+func (m *Manager) handedOver(l *lease) (Info, error) {
+	m.obs.Wakeup(WakeHandOver)
+	return l.info(true), nil
 }
 
 // nextTry says whether a waiting head tries again after err, how long it
@@ -188,7 +214,7 @@ func (m *Manager) enqueue(req Request, id string) (*queue, *waiter, error) {
 		q.stopWatch = m.watchReleases(req.target().resources(), func() { q.signal(WakePubSub) })
 		m.queues[id] = q
 	}
-	w := &waiter{turn: make(chan struct{})}
+	w := &waiter{turn: make(chan struct{}), req: req, handed: make(chan *lease, 1)}
 	q.waiters = append(q.waiters, w)
 	if len(q.waiters) == 1 {
 		close(w.turn)
@@ -198,10 +224,19 @@ func (m *Manager) enqueue(req Request, id string) (*queue, *waiter, error) {
 }
 
 // dequeue removes a waiter; a departing head hands the turn to the next,
-// and the last one out drops the queue and its watch.
+// and the last one out drops the queue and its watch. A lease handed over
+// to the waiter that it did not take is released.
 func (m *Manager) dequeue(name string, q *queue, w *waiter) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	orphan := w.leaveLocked()
+	m.dequeueLocked(name, q, w)
+	m.mu.Unlock()
+	if orphan != nil {
+		orphan.finish(EndReleased, nil)
+	}
+}
+
+func (m *Manager) dequeueLocked(name string, q *queue, w *waiter) {
 	m.waiting--
 	for i, x := range q.waiters {
 		if x != w {

@@ -118,7 +118,7 @@ var (
 		lease.OutcomeLimited, lease.OutcomeError,
 	}
 	wakeSources = []lease.WakeSource{
-		lease.WakePubSub, lease.WakeLocal, lease.WakeExpiry, lease.WakePoll, lease.WakeSplit, lease.WakeRetry,
+		lease.WakePubSub, lease.WakeLocal, lease.WakeExpiry, lease.WakePoll, lease.WakeSplit, lease.WakeRetry, lease.WakeHandOver,
 	}
 	endReasons = []lease.EndReason{
 		lease.EndReleased, lease.EndExpired, lease.EndLost, lease.EndMaxHold, lease.EndShutdown,
