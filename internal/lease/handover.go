@@ -22,9 +22,11 @@ import (
 // set's locks), and only on a release: a lease that lapsed or was lost
 // lets go of its keys as before. A hand-over announces no release, so
 // waiters on other sidecars are not woken by one: after maxHandOvers in a
-// row the lock is released for real, and this sidecar's own head is not
-// woken at once but by the release's announcement, as theirs are, so that
-// every sidecar's waiters get their turn.
+// row the lock is released for real, and this sidecar's head is woken by
+// the release's announcement, as other sidecars' waiters are, not at once.
+// If a caller of another sidecar held the lock lately (this sidecar's head
+// was refused by the masters within remoteWindow), the head also holds
+// back for yieldFor, so that the others' waiters get their turn.
 
 // maxHandOvers bounds the hand-overs in a row of one lock on one sidecar.
 const maxHandOvers = 8
@@ -34,6 +36,10 @@ const maxHandOvers = 8
 // another sidecar's waiter well within it, and the lock stays free no
 // longer than that when nobody else waits.
 const yieldFor = 5 * time.Millisecond
+
+// remoteWindow is how long after this sidecar last saw another sidecar's
+// caller hold a lock its chains of hand-overs end with a yield.
+const remoteWindow = 10 * time.Second
 
 // letGo lets go of an ended lease's keys: handed over to the waiting head
 // on a release when it can be, else released. wakeLocal says whether this
@@ -50,17 +56,19 @@ func (l *lease) letGo(reason EndReason) (wakeLocal bool, err error) {
 }
 
 // handOver gives l's keys to the head of its queue, if one waits for a
-// plain lock; chainEnded says the queue has had maxHandOvers in a row.
+// plain lock; chainEnded says it did not because the queue has had
+// maxHandOvers in a row.
 func (l *lease) handOver() (handed, chainEnded bool) {
 	m := l.m
 	m.mu.Lock()
 	q, w := m.handOverTargetLocked(l)
 	if w == nil {
 		if q != nil {
+			now := time.Now()
 			chainEnded = q.handOvers >= maxHandOvers
 			q.handOvers = 0
-			if chainEnded {
-				q.yieldUntil = time.Now().Add(yieldFor)
+			if chainEnded && now.Sub(q.remoteSeen) < remoteWindow {
+				q.yieldUntil = now.Add(yieldFor)
 			}
 		}
 		m.mu.Unlock()
@@ -122,6 +130,16 @@ func (m *Manager) deliver(q *queue, w *waiter, next *lease) bool {
 	q.handOvers++
 	w.handed <- next // 1-buffered, and empty: handOverTargetLocked checked
 	return true
+}
+
+// noteRemoteHolder records that the masters refused req's lock while no
+// lease of this sidecar held it: another sidecar's caller wants it too.
+func (m *Manager) noteRemoteHolder(req Request) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if q, ok := m.queues[req.target().queue()]; ok {
+		q.remoteSeen = time.Now()
+	}
 }
 
 // yieldTurn waits, before the head's next try, while its queue yields to

@@ -368,6 +368,9 @@ func (m *Manager) tryAcquireSlot(ctx context.Context, req Request, slot int, fro
 		return Info{}, err
 	}
 	grant, err := m.acquireAdmitted(ctx, l)
+	if fromQueue && errors.Is(err, ErrLockHeld) {
+		m.noteRemoteHolder(req)
+	}
 	if ctx.Err() != nil && err == nil {
 		// The release must run whole although ctx has ended.
 		_ = m.locker.Release(context.WithoutCancel(ctx), l.key, l.value)

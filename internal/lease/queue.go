@@ -66,6 +66,9 @@ type queue struct {
 	// yieldUntil: the head lets other sidecars try first until then, after
 	// a chain of hand-overs ended (handover.go); guarded by the Manager's lock.
 	yieldUntil time.Time
+	// remoteSeen: when the masters last refused this lock to the head while
+	// no lease of this sidecar held it (handover.go); guarded likewise.
+	remoteSeen time.Time
 }
 
 type waiter struct {
