@@ -100,7 +100,7 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 	select {
 	case <-w.turn:
 	case l := <-w.handed:
-		return m.handedOver(l)
+		return m.handedOver(l), nil
 	case <-expired.C:
 		return Info{}, &HeldError{}
 	case <-ctx.Done():
@@ -113,7 +113,7 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 			if err != nil {
 				return Info{}, err
 			}
-			return m.handedOver(l)
+			return m.handedOver(l), nil
 		}
 		info, err := m.tryAcquire(ctx, req, true)
 		pause, timerSource, again := m.nextTry(err, outage)
@@ -129,7 +129,7 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 		select {
 		case l := <-w.handed:
 			t.Stop()
-			return m.handedOver(l)
+			return m.handedOver(l), nil
 		case src := <-q.wake:
 			m.obs.Wakeup(src)
 		case <-t.C:
@@ -148,10 +148,10 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 	}
 }
 
-// handedOver answers a waiter with the lease handed over to it.
-func (m *Manager) handedOver(l *lease) (Info, error) {
+// handedOver is the answer of a waiter a lease was handed over to.
+func (m *Manager) handedOver(l *lease) Info {
 	m.obs.Wakeup(WakeHandOver)
-	return l.info(true), nil
+	return l.info(true)
 }
 
 // nextTry says whether a waiting head tries again after err, how long it
