@@ -57,7 +57,7 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 			Name: "sidelock_wait_duration_seconds", Help: "Time callers that asked to wait spent waiting for a lock, by outcome: acquired, held (the wait ran out), no_quorum, overloaded, limited (too many waiters), error (anything else, such as a caller that went away).", Buckets: latencyBuckets,
 		}, []string{"outcome"}),
 		wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sidelock_wakeups_total", Help: "Wake-ups of a waiting queue's head, by source: pubsub (a master announced a release), local (a lease of this sidecar ended), expiry (the holder's keys could have lapsed), poll (the fallback poll), split (back-off after a split vote), retry (back-off after a round without quorum or refused as overloaded).",
+			Name: "sidelock_wakeups_total", Help: "Wake-ups of a waiting queue's head, by source: pubsub (a master announced a release), local (a lease of this sidecar ended), expiry (the holder's keys could have lapsed), poll (the fallback poll), split (back-off after a split vote), retry (back-off after a round without quorum or refused as overloaded), handover (a releasing caller of this sidecar handed the lock to the waiter).",
 		}, []string{"source"}),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sidelock_renewals_total", Help: "Renewal rounds of held locks on the masters, the background renewer's and heartbeats', by outcome: ok, failed (not granted by a quorum: retried while the validity lasts, lost at once if another value holds the lock).",
