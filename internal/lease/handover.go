@@ -45,54 +45,66 @@ const remoteWindow = 10 * time.Second
 // on a release when it can be, else released. wakeLocal says whether this
 // sidecar's waiting head should be woken at once.
 func (l *lease) letGo(reason EndReason) (wakeLocal bool, err error) {
+	value := l.value
 	if reason == EndReleased {
-		if handed, chainEnded := l.handOver(); handed {
+		h := l.handOver()
+		if h.handed {
 			return false, nil
-		} else if chainEnded {
-			return false, l.m.locker.Release(context.Background(), l.key, l.value)
 		}
+		value, wakeLocal = h.holding, !h.chainEnded
+	} else {
+		wakeLocal = true
 	}
-	return true, l.m.locker.Release(context.Background(), l.key, l.value)
+	return wakeLocal, l.m.locker.Release(context.Background(), l.key, value)
+}
+
+// handOff is how a hand-over went.
+type handOff struct {
+	handed bool
+	// chainEnded: not handed because the queue had maxHandOvers in a row.
+	chainEnded bool
+	// holding is the value the masters hold when not handed, to release:
+	// the releaser's, or the taker's when it left after the round.
+	holding string
 }
 
 // handOver gives l's keys to the head of its queue, if one waits for a
-// plain lock; chainEnded says it did not because the queue has had
-// maxHandOvers in a row.
-func (l *lease) handOver() (handed, chainEnded bool) {
+// plain lock.
+func (l *lease) handOver() handOff {
 	m := l.m
 	m.mu.Lock()
 	q, w := m.handOverTargetLocked(l)
 	if w == nil {
+		h := handOff{holding: l.value}
 		if q != nil {
 			now := time.Now()
-			chainEnded = q.handOvers >= maxHandOvers
+			h.chainEnded = q.handOvers >= maxHandOvers
 			q.handOvers = 0
-			if chainEnded && now.Sub(q.remoteSeen) < remoteWindow {
+			if h.chainEnded && now.Sub(q.remoteSeen) < remoteWindow {
 				q.yieldUntil = now.Add(yieldFor)
 			}
 		}
 		m.mu.Unlock()
-		return false, chainEnded
+		return h
 	}
 	m.mu.Unlock()
 	next, err := newLease(m, w.req, 0)
 	if err != nil {
-		return false, false
+		return handOff{holding: l.value}
 	}
 	grant, err := m.locker.HandOver(context.Background(), l.key, l.value, next.value, next.keyTTL, l.fence)
 	if err != nil {
 		if !errors.Is(err, redlock.ErrHandOverUnsupported) {
 			m.log.Debug("hand-over failed; releasing", append(l.logAttrs(), "err", err)...)
 		}
-		return false, false // the releaser's value is released by the caller; the taker's was
+		return handOff{holding: l.value} // the taker's value was released by HandOver
 	}
 	next.keysValidUntil, next.fence = grant.ValidUntil, grant.Fence
 	if !m.deliver(q, w, next) {
-		_ = m.locker.Release(context.Background(), next.key, next.value)
-		return false, false // the waiter left meanwhile; the releaser's keys are gone already
+		return handOff{holding: next.value} // the waiter left meanwhile
 	}
 	m.changed(next)
-	return true, false
+	return handOff{handed: true}
 }
 
 // handOverTargetLocked is the queue of l's lock and its head, when l can
@@ -119,14 +131,9 @@ func (m *Manager) handOverTargetLocked(l *lease) (*queue, *waiter) {
 func (m *Manager) deliver(q *queue, w *waiter, next *lease) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if w.left || m.closing {
+	if w.left || m.startLocked(next) != nil {
 		return false
 	}
-	delete(m.pending, next.res)
-	m.leases[next.res] = next
-	m.scheduleLocked(next, next.acquiredAt.Add(next.renewInterval()))
-	m.wg.Add(1) // done when the lease ends
-	next.startTimers()
 	q.handOvers++
 	w.handed <- next // 1-buffered, and empty: handOverTargetLocked checked
 	return true

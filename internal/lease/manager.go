@@ -445,6 +445,11 @@ func (m *Manager) unreserve(name string) {
 func (m *Manager) start(l *lease) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.startLocked(l)
+}
+
+// startLocked is start; the caller holds m.mu.
+func (m *Manager) startLocked(l *lease) error {
 	delete(m.pending, l.res)
 	if m.closing {
 		return ErrShuttingDown
