@@ -154,7 +154,7 @@ func (r *run) killSidecar(i int) {
 	car.kill()
 	at := time.Now()
 	for _, s := range open {
-		r.o.died(s.target, s.owner, at, "sidecar", time.Time{})
+		r.o.sidecarDied(s.target, s.owner, at, "sidecar")
 	}
 	r.note("kill -9 of sidecar %d holding %d locks", i, len(open))
 }

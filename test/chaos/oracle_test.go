@@ -304,9 +304,12 @@ type death struct {
 	// lapse is when the dead caller's lease lapses on a sidecar that
 	// outlives it (its lease_expires_at or latest valid_until, whichever
 	// is later); zero when the sidecar died, or the connection held it.
-	lapse    time.Time
-	heldFor  time.Duration
-	released bool
+	lapse time.Time
+	// sidecarDied: the holder's sidecar died (or froze) with it; else
+	// the sidecar lives on and releases the keys itself.
+	sidecarDied bool
+	heldFor     time.Duration
+	released    bool
 }
 
 // allowed is how long the dead holder's key may stay on a majority. A
@@ -317,7 +320,7 @@ type death struct {
 // expires, one key ttl later (docs/guarantees.md).
 func (d death) allowed(reached bool) time.Duration {
 	lapse := max(0, d.lapse.Sub(d.at))
-	if reached && d.what != "sidecar" && d.what != "sidecar paused" {
+	if reached && !d.sidecarDied {
 		return lapse
 	}
 	return keyTTL + lapse
@@ -389,13 +392,25 @@ func (o *oracle) recordProbe(p probe) {
 	o.mu.Unlock()
 }
 
-// died records that the holder of name (owner) died at a moment, and
-// watches the masters until its key is gone from a majority.
+// died records that the holder of name (owner) died at a moment while its
+// sidecar lives on (lapse: when its lease lapses there; zero for a held
+// connection), and watches the masters until its key is gone from a
+// majority.
 func (o *oracle) died(t target, owner string, at time.Time, what string, lapse time.Time) {
+	o.recordDeath(death{name: t.exclusive(), at: at, what: what, lapse: lapse}, t, owner)
+}
+
+// sidecarDied is died for the holders of a sidecar that died or froze.
+func (o *oracle) sidecarDied(t target, owner string, at time.Time, what string) {
+	o.recordDeath(death{name: t.exclusive(), at: at, what: what, sidecarDied: true}, t, owner)
+}
+
+// recordDeath watches d's key leave the masters, then records d.
+func (o *oracle) recordDeath(d death, t target, owner string) {
 	o.watches.Go(func() {
-		heldFor, released := o.watchRelease(t, owner, at)
+		d.heldFor, d.released = o.watchRelease(t, owner, d.at)
 		o.mu.Lock()
-		o.deaths = append(o.deaths, death{name: t.exclusive(), at: at, what: what, lapse: lapse, heldFor: heldFor, released: released})
+		o.deaths = append(o.deaths, d)
 		o.mu.Unlock()
 	})
 }

@@ -331,7 +331,7 @@ func stopSidecar(r *run, mode string) {
 	r.c.sidecars[0].stop()
 	at := time.Now()
 	for _, s := range open {
-		r.o.died(s.target, s.owner, at, "sidecar paused", time.Time{})
+		r.o.sidecarDied(s.target, s.owner, at, "sidecar paused")
 	}
 	r.note("SIGSTOP of sidecar0 holding %d locks, for %v", len(open), 2*keyTTL)
 	r.sleep(2 * keyTTL)
