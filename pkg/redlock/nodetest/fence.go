@@ -138,6 +138,12 @@ func (s *suite) oneRound(t *testing.T) redlock.OneRoundFencer {
 	return f
 }
 
+// ahead is how far above the clock a proposal meant to be above the fence
+// floor is put: the floor is the masters' clock in microseconds at least, so
+// a proposal only a millisecond ahead of a grant made just before can fall
+// below it on a busy machine (a CI run's TestConformance/HandOver did).
+const ahead = int64(time.Hour / time.Microsecond)
+
 func (s *suite) acquireCommitted(t *testing.T, f redlock.OneRoundFencer, value string, above int64) int64 {
 	t.Helper()
 	ok, _, fence, err := f.AcquireCommitted(s.ctx, s.key, s.fenceKey(), value, longTTL, above, longTTL)
@@ -204,12 +210,12 @@ func (s *suite) acquireProposed(t *testing.T, f redlock.OneRoundFencer, value st
 func testFenceProposalAboveTheFloor(t *testing.T, s *suite) {
 	f := s.oneRound(t)
 	floor := s.acquireFenced(t, f, "A")
-	if got := s.acquireProposed(t, f, "A", floor+1000); !got.Committed || got.Prev != 0 {
+	if got := s.acquireProposed(t, f, "A", floor+ahead); !got.Committed || got.Prev != 0 {
 		t.Fatalf("a first proposal: %+v, want committed over no counter", got)
 	}
-	proposal := floor + int64(time.Hour/time.Microsecond)
-	if got := s.acquireProposed(t, f, "A", proposal); !got.Committed || got.Fence != proposal || got.Prev != floor+1000 {
-		t.Fatalf("a proposal above the floor %d: %+v, want %d committed over %d", floor, got, proposal, floor+1000)
+	proposal := floor + 2*ahead
+	if got := s.acquireProposed(t, f, "A", proposal); !got.Committed || got.Fence != proposal || got.Prev != floor+ahead {
+		t.Fatalf("a proposal above the floor %d: %+v, want %d committed over %d", floor, got, proposal, floor+ahead)
 	}
 	if got := s.counter(t, f); got != proposal {
 		t.Fatalf("counter = %d, want the committed proposal %d", got, proposal)
@@ -254,7 +260,7 @@ func testFenceProposalWithdrawn(t *testing.T, s *suite) {
 		return deleted
 	}
 	floor := s.acquireFenced(t, f, "A")
-	first := s.acquireProposed(t, f, "A", floor+1000)
+	first := s.acquireProposed(t, f, "A", floor+ahead)
 	if !withdraw("A", first) || s.counter(t, f) != 0 {
 		t.Fatalf("withdrawn over no counter: counter %d, want none", s.counter(t, f))
 	}
@@ -262,14 +268,14 @@ func testFenceProposalWithdrawn(t *testing.T, s *suite) {
 		t.Fatalf("key after the withdrawal: %q, %v; want gone", v, err)
 	}
 	committed := s.acquireCommitted(t, f, "B", 0)
-	second := s.acquireProposed(t, f, "B", committed+1000)
+	second := s.acquireProposed(t, f, "B", committed+ahead)
 	if withdraw("C", second) || s.counter(t, f) != second.Fence {
 		t.Fatalf("withdrawn by another value: counter %d, want %d untouched", s.counter(t, f), second.Fence)
 	}
 	if !withdraw("B", second) || s.counter(t, f) != committed {
 		t.Fatalf("withdrawn: counter %d, want the replaced %d back", s.counter(t, f), committed)
 	}
-	third := s.acquireProposed(t, f, "D", committed+1000)
+	third := s.acquireProposed(t, f, "D", committed+ahead)
 	if ok, err := f.CommitFence(s.ctx, s.key, s.fenceKey(), "D", third.Fence+1, longTTL); err != nil || !ok {
 		t.Fatalf("commit: %v %v", ok, err)
 	}
@@ -302,25 +308,25 @@ func testHandOver(t *testing.T, s *suite) {
 		return p
 	}
 	given := s.acquireCommitted(t, h, "A", 0)
-	if p := hand("A", "B", given+1000); !p.Acquired || !p.Committed || p.Fence != given+1000 || p.Prev != given {
-		t.Fatalf("hand-over from the holder: %+v, want taken with %d committed over %d", p, given+1000, given)
+	if p := hand("A", "B", given+ahead); !p.Acquired || !p.Committed || p.Fence != given+ahead || p.Prev != given {
+		t.Fatalf("hand-over from the holder: %+v, want taken with %d committed over %d", p, given+ahead, given)
 	}
 	if v, ttl, err := s.node.Get(s.ctx, s.key); err != nil || v != "B" || ttl <= 0 {
 		t.Fatalf("key after the hand-over: %q ttl %v, %v; want the taker's value", v, ttl, err)
 	}
-	if p := hand("A", "B", given+2000); !p.Acquired {
+	if p := hand("A", "B", given+2*ahead); !p.Acquired {
 		t.Fatalf("a retried hand-over: %+v, want taken again", p)
 	}
-	if p := hand("A", "C", given+3000); p.Acquired || p.Committed || p.HolderTTL <= 0 {
+	if p := hand("A", "C", given+3*ahead); p.Acquired || p.Committed || p.HolderTTL <= 0 {
 		t.Fatalf("hand-over by a value that no longer holds the key: %+v, want refused with the holder's ttl", p)
 	}
-	if v, _, _ := s.node.Get(s.ctx, s.key); v != "B" || s.counter(t, h) != given+2000 {
-		t.Fatalf("after a refused hand-over: key %q counter %d, want B and %d", v, s.counter(t, h), given+2000)
+	if v, _, _ := s.node.Get(s.ctx, s.key); v != "B" || s.counter(t, h) != given+2*ahead {
+		t.Fatalf("after a refused hand-over: key %q counter %d, want B and %d", v, s.counter(t, h), given+2*ahead)
 	}
 	if _, err := s.node.Release(s.ctx, s.key, "B"); err != nil {
 		t.Fatal(err)
 	}
-	if p := hand("B", "D", given+4000); !p.Acquired || !p.Committed {
+	if p := hand("B", "D", given+4*ahead); !p.Acquired || !p.Committed {
 		t.Fatalf("hand-over of a key that lapsed: %+v, want taken as an acquire would", p)
 	}
 }
