@@ -26,16 +26,18 @@ import (
 // the release's announcement, as other sidecars' waiters are, not at once.
 // If a caller of another sidecar held the lock lately (this sidecar's head
 // was refused by the masters within remoteWindow), the head also holds
-// back for yieldFor, so that the others' waiters get their turn.
+// back for Config.HandOverYield, so that the others' waiters get their turn.
 
 // maxHandOvers bounds the hand-overs in a row of one lock on one sidecar.
 const maxHandOvers = 8
 
-// yieldFor is how long this sidecar's head lets the others try first once
-// a chain of hand-overs ends: a release's announcement and a round reach
-// another sidecar's waiter well within it, and the lock stays free no
-// longer than that when nobody else waits.
-const yieldFor = 5 * time.Millisecond
+// DefaultHandOverYield is how long this sidecar's head lets the others try
+// first once a chain of hand-overs ends (Config.HandOverYield): a release's
+// announcement and a round reach another sidecar's waiter within it on an
+// idle machine, and the lock stays free no longer than that when nobody
+// else waits. A loaded machine can take longer; the others then get in
+// at a later chain's end.
+const DefaultHandOverYield = 5 * time.Millisecond
 
 // remoteWindow is how long after this sidecar last saw another sidecar's
 // caller hold a lock its chains of hand-overs end with a yield.
@@ -81,7 +83,7 @@ func (l *lease) handOver() handOff {
 			h.chainEnded = q.handOvers >= maxHandOvers
 			q.handOvers = 0
 			if h.chainEnded && now.Sub(q.remoteSeen) < remoteWindow {
-				q.yieldUntil = now.Add(yieldFor)
+				q.yieldUntil = now.Add(m.handOverYield())
 			}
 		}
 		m.mu.Unlock()
@@ -137,6 +139,13 @@ func (m *Manager) deliver(q *queue, w *waiter, next *lease) bool {
 	q.handOvers++
 	w.handed <- next // 1-buffered, and empty: handOverTargetLocked checked
 	return true
+}
+
+func (m *Manager) handOverYield() time.Duration {
+	if m.cfg.HandOverYield > 0 {
+		return m.cfg.HandOverYield
+	}
+	return DefaultHandOverYield
 }
 
 // noteRemoteHolder records that the masters refused req's lock while no

@@ -77,11 +77,20 @@ func TestReleaseHandsTheLockToTheLocalWaiter(t *testing.T) {
 // released for real, so that callers of other sidecars get their turn.
 // Each of 20 waiters of one sidecar gets the lock in turn, with fences
 // rising, and a caller of another sidecar that waits meanwhile gets it
-// before the last of them (it has two chances: a chain ends after 8).
+// before the last of them: a chain ends after 8, and this sidecar, having
+// seen the other hold the lock, then holds back.
 func TestHandOversInARowLetOtherSidecarsIn(t *testing.T) {
-	f, other := twoSidecars(t)
+	// The yield covers the other sidecar's announcement and round on a
+	// loaded machine (-race, CI): with the 5ms default, 1 run in 15 under
+	// load had the remote caller lose both chain ends to local callers.
+	f, other := twoSidecars(t, func(c *lease.Config) { c.HandOverYield = 250 * time.Millisecond })
 	ctx := context.Background()
-	held, err := f.m.Acquire(ctx, lease.Request{Name: "chain", TTL: 10 * time.Second})
+	// The other sidecar holds the lock first, so this one's head, refused
+	// by the masters, knows another sidecar wants it: its chains of
+	// hand-overs then end with a yield. (Without one, the other caller only
+	// races this sidecar's head at each chain's end, and lost both in 1 run
+	// of 15 under load.)
+	held, err := other.Acquire(ctx, lease.Request{Name: "chain", TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,11 +117,15 @@ func TestHandOversInARowLetOtherSidecarsIn(t *testing.T) {
 		go take(f.m, "local"+strings.Repeat("x", i), true)
 	}
 	waitForWaiters(t, f.m, local)
-	go take(other, "remote", false)
-	waitForWaiters(t, other, 1)
-	if err := f.m.Release(ctx, "chain", held.Token); err != nil {
+	eventually(t, 3*time.Second, "this sidecar's head refused", func() bool { return f.m.SawRemoteHolder("chain") })
+	if err := other.Release(ctx, "chain", held.Token); err != nil {
 		t.Fatal(err)
 	}
+	// Queued once this sidecar's callers have the lock, so that only a
+	// chain's end can let it in.
+	eventually(t, 3*time.Second, "a caller of this sidecar granted", func() bool { return f.m.Waiters() < local })
+	go take(other, "remote", false)
+	waitForWaiters(t, other, 1)
 	var fences []int64
 	remoteAt, locals := -1, 0
 	for i := range local + 1 {

@@ -109,6 +109,10 @@ type Config struct {
 	// overload.go. Renewals are not bounded.
 	MaxAcquireRounds int
 	AdmissionWait    time.Duration
+	// HandOverYield is how long this sidecar's waiting head holds back once
+	// a chain of hand-overs ends while another sidecar's caller held the
+	// lock lately (0: DefaultHandOverYield); see handover.go.
+	HandOverYield time.Duration
 
 	Observer Observer     // nil: none
 	Logger   *slog.Logger // nil: discard

@@ -145,10 +145,14 @@ func TestRWLockRefusesBadModes(t *testing.T) {
 
 // twoSidecars is two Managers over the same three real masters, with a
 // node timeout that a loaded machine running -race still meets.
-func twoSidecars(t *testing.T) (*realFixture, *lease.Manager) {
+func twoSidecars(t *testing.T, tune ...func(*lease.Config)) (*realFixture, *lease.Manager) {
 	t.Helper()
 	const keyTTL, nodeTimeout = 3 * time.Second, 500 * time.Millisecond
-	f := newRealFixtureWith(t, keyTTL, nodeTimeout, nil, nil)
+	f := newRealFixtureWith(t, keyTTL, nodeTimeout, nil, func(c *lease.Config) {
+		for _, fn := range tune {
+			fn(c)
+		}
+	})
 	addrs := make([]string, len(f.servers))
 	for i, s := range f.servers {
 		addrs[i] = s.Addr()
