@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/sidelock/sidelock/internal/health"
 )
 
 // statusOptions are the flags and argument of `sidelock status`.
@@ -63,31 +65,6 @@ func runStatus(ctx context.Context, args []string, getenv func(string) string, s
 	return nil
 }
 
-// readyReport is the part of the admin /readyz answer (health.Report)
-// that status shows.
-type readyReport struct {
-	Ready       bool   `json:"ready"`
-	Quorum      int    `json:"quorum"`
-	Up          int    `json:"up"`
-	Eligible    int    `json:"eligible"`
-	ReadyPolicy string `json:"ready_policy"`
-	Masters     []struct {
-		Addr     string `json:"addr"`
-		Up       bool   `json:"up"`
-		Eligible bool   `json:"eligible"`
-		Error    string `json:"error"`
-		Problem  string `json:"problem"`
-		Warning  string `json:"warning"`
-	} `json:"masters"`
-	Groups []struct {
-		Name     string `json:"name"`
-		Ready    bool   `json:"ready"`
-		Quorum   int    `json:"quorum"`
-		Up       int    `json:"up"`
-		Eligible int    `json:"eligible"`
-	} `json:"groups"`
-}
-
 // readiness shows the sidecar's /readyz: exit 0 ready, 1 not ready.
 func readiness(ctx context.Context, admin string, w io.Writer) error {
 	r, err := fetchReadyz(ctx, admin)
@@ -101,7 +78,7 @@ func readiness(ctx context.Context, admin string, w io.Writer) error {
 	if len(r.Groups) > 0 {
 		fmt.Fprintf(w, "%s (ready policy %q)\n", verdict, r.ReadyPolicy)
 	} else {
-		fmt.Fprintf(w, "%s: %d of %d masters up, %d counted, quorum %d\n", verdict, r.Up, len(r.Masters), r.Eligible, r.Quorum)
+		fmt.Fprintf(w, "%s: %d of %d masters up, %d counted, quorum %d\n", verdict, r.Up, len(r.Nodes), r.Eligible, r.Quorum)
 	}
 	tw := newTable(w)
 	if len(r.Groups) > 0 {
@@ -112,7 +89,7 @@ func readiness(ctx context.Context, admin string, w io.Writer) error {
 		fmt.Fprintln(tw)
 	}
 	fmt.Fprintf(tw, "MASTER\tUP\tCOUNTED\tNOTE\n")
-	for _, m := range r.Masters {
+	for _, m := range r.Nodes {
 		fmt.Fprintf(tw, "%s\t%s\t%s", m.Addr, yesNo(m.Up), yesNo(m.Eligible))
 		if note := strings.Join(nonEmpty(m.Error, m.Problem, m.Warning), "; "); note != "" {
 			fmt.Fprintf(tw, "\t%s", note)
@@ -130,8 +107,8 @@ func readiness(ctx context.Context, admin string, w io.Writer) error {
 
 // fetchReadyz reads /readyz, which answers its report with 200 (ready)
 // and 503 (not ready) alike.
-func fetchReadyz(ctx context.Context, admin string) (readyReport, error) {
-	var r readyReport
+func fetchReadyz(ctx context.Context, admin string) (health.Report, error) {
+	var r health.Report
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(admin, "/")+"/readyz", nil)
 	if err != nil {
 		return r, err

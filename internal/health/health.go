@@ -112,6 +112,21 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 	return json.Marshal(time.Duration(d).Round(time.Millisecond).String())
 }
 
+// UnmarshalJSON reads what MarshalJSON writes, so that clients of /readyz
+// (sidelock status, the tests) decode the Report itself.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
 // Config tunes the checker. The zero value pings and reports but keeps no
 // master out of a quorum.
 type Config struct {

@@ -2,7 +2,9 @@ package health_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -144,5 +146,30 @@ func TestAStarvedRoundVouchesForNoNewConnection(t *testing.T) {
 	starved = false
 	if c.Check(context.Background()); q.Verdict(0).JudgedAt != 1 {
 		t.Fatalf("conclusive round vouches up to %d, want 1", q.Verdict(0).JudgedAt)
+	}
+}
+
+// A Report decodes from what /readyz writes: a master's probation and
+// uptime come back to the millisecond.
+func TestReportRoundTrips(t *testing.T) {
+	durable := true
+	in := health.Report{Ready: true, Quorum: 2, Up: 3, Eligible: 2, Nodes: []health.NodeState{{
+		Addr: "a:6379", Up: true, Problem: "restart probation", Durable: &durable,
+		ProbationRemaining: health.Duration(2500 * time.Millisecond), Uptime: health.Duration(90 * time.Second),
+	}}}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out health.Report
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("%s decoded as %+v", b, out)
+	}
+	var d health.Duration
+	if err := json.Unmarshal([]byte(`"soon"`), &d); err == nil {
+		t.Fatal(`"soon" decoded as a duration`)
 	}
 }
