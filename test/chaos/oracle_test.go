@@ -17,6 +17,7 @@ import (
 	fencedresource "github.com/sidelock/sidelock/examples/fenced-resource"
 	"github.com/sidelock/sidelock/pkg/client"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
+	"github.com/sidelock/sidelock/test/leasecheck"
 )
 
 // The oracle records what every client saw, on the test's monotonic clock
@@ -568,25 +569,14 @@ func (o *oracle) closedSections(end time.Time) []*section {
 }
 
 // overlaps counts sections that began before an earlier section of the
-// same name ended.
+// same name ended (leasecheck.Overlaps) and describes the first.
 func overlaps(sections []*section) (int, string) {
-	n, worst := 0, ""
-	for name, group := range byExclusive(sections) {
-		slices.SortFunc(group, func(a, b *section) int { return a.enter.Compare(b.enter) })
-		var open *section // the section that ends last so far
-		for _, s := range group {
-			if open != nil && s.enter.Before(open.exit) {
-				n++
-				if worst == "" {
-					worst = describeOverlap(name, open, s)
-				}
-			}
-			if open == nil || s.exit.After(open.exit) {
-				open = s
-			}
-		}
+	n, first := leasecheck.Overlaps(oracleSections(sections))
+	if first == nil {
+		return n, ""
 	}
-	return n, worst
+	a, b := sections[first.Earlier], sections[first.Later]
+	return n, describeOverlap(a.exclusive(), a, b)
 }
 
 func describeOverlap(name string, a, b *section) string {
@@ -595,57 +585,39 @@ func describeOverlap(name string, a, b *section) string {
 }
 
 // fenceOrder counts grants whose fence is not above the fence of every
-// section of the same name that ended before they began.
+// section of the same name that ended before they began (leasecheck.FenceOrder).
 func fenceOrder(sections []*section) (int, string) {
-	n, worst := 0, ""
-	for name, group := range byExclusive(sections) {
-		byExit := slices.Clone(group)
-		slices.SortFunc(byExit, func(a, b *section) int { return a.exit.Compare(b.exit) })
-		slices.SortFunc(group, func(a, b *section) int { return a.enter.Compare(b.enter) })
-		j := 0
-		var highest int64
-		for _, s := range group {
-			for j < len(byExit) && byExit[j].exit.Before(s.enter) {
-				highest = max(highest, byExit[j].fence)
-				j++
-			}
-			if s.fence <= highest {
-				n++
-				if worst == "" {
-					worst = fmt.Sprintf("%s: fence %d granted after a section with fence %d had ended", name, s.fence, highest)
-				}
-			}
-		}
+	n, first := leasecheck.FenceOrder(oracleSections(sections))
+	if first == nil {
+		return n, ""
 	}
-	return n, worst
+	s := sections[first.Section]
+	return n, fmt.Sprintf("%s: fence %d granted after a section with fence %d had ended", s.exclusive(), s.fence, first.Highest)
+}
+
+// oracleSections are the sections as the oracle package judges them: what
+// each holds exclusively ("" for reads, not judged).
+func oracleSections(sections []*section) []leasecheck.Section {
+	out := make([]leasecheck.Section, len(sections))
+	for i, s := range sections {
+		out[i] = leasecheck.Section{Key: s.exclusive(), Fence: s.fence, Enter: s.enter, Exit: s.exit}
+	}
+	return out
 }
 
 // brokenPromises counts grants answered while an earlier grant of the same
-// name still had its promise (see oracle), and describes the one that
-// broke a promise by the most.
+// name still had its promise (leasecheck.BrokenPromises), and describes the
+// one that broke a promise by the most.
 func brokenPromises(promises []*promise) (n int, worstBy time.Duration, worst string) {
-	groups := map[string][]*promise{}
-	for _, p := range promises {
-		if p.exclusive() != "" {
-			groups[p.exclusive()] = append(groups[p.exclusive()], p)
-		}
+	ps := make([]leasecheck.Promise, len(promises))
+	for i, p := range promises {
+		ps[i] = leasecheck.Promise{Key: p.exclusive(), Granted: p.granted, End: p.end()}
 	}
-	for _, group := range groups {
-		slices.SortStableFunc(group, func(a, b *promise) int { return a.granted.Compare(b.granted) })
-		var standing *promise // the earlier grant whose promise ends last
-		for _, p := range group {
-			if standing != nil && p.granted.Before(standing.end()) {
-				n++
-				if by := standing.end().Sub(p.granted); by > worstBy {
-					worstBy, worst = by, describeBroken(standing, p)
-				}
-			}
-			if standing == nil || p.end().After(standing.end()) {
-				standing = p
-			}
-		}
+	n, w := leasecheck.BrokenPromises(ps)
+	if w == nil {
+		return n, 0, ""
 	}
-	return n, worstBy, worst
+	return n, w.By, describeBroken(promises[w.Earlier], promises[w.Later])
 }
 
 func describeBroken(earlier, later *promise) string {
@@ -667,18 +639,6 @@ func describeBroken(earlier, later *promise) string {
 		earlier.owner, earlier.kind, earlier.sidecar, earlier.fence, later.granted.Sub(earlier.granted).Round(time.Millisecond),
 		earlier.until.Local().Format("15:04:05.000"), earlier.end().Sub(later.granted).Round(time.Millisecond),
 		earlier.untilBy, earlier.published, strings.Join(pubs, "; "), released)
-}
-
-// byExclusive groups sections by what they hold exclusively: a lock, a
-// semaphore's slot, or a read/write lock's writer (not the reads).
-func byExclusive(sections []*section) map[string][]*section {
-	out := map[string][]*section{}
-	for _, s := range sections {
-		if s.exclusive() != "" {
-			out[s.exclusive()] = append(out[s.exclusive()], s)
-		}
-	}
-	return out
 }
 
 // availability is the share of probes granted over the run and during the
