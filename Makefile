@@ -37,7 +37,7 @@ endef
 
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: help docs-config run test test-unit test-load bench-smoke fuzz-smoke sim chaos chaos-ci soak abuse vulncheck build check-fmt vet lint bench scale-sim fuzz cover image e2e helm-lint k8s-validate test-deploy redis-server clean
+.PHONY: help docs-config run test test-unit test-load bench-smoke fuzz-smoke sim chaos chaos-ci soak abuse vulncheck build check-fmt vet lint bench scale-sim fuzz cover image e2e e2e-node helm-lint k8s-validate test-deploy redis-server clean
 
 ## help: this list: every target with a `##` comment.
 help:
@@ -132,6 +132,7 @@ vet:
 lint:
 	$(GOLANGCI) run $(PKGS)
 	cd $(TOOLS) && $(GOLANGCI) run --config ../.golangci.yml ./...
+	cd test/k8s-e2e && $(GOLANGCI) run --config ../../.golangci.yml ./...
 
 ## bench: HTTP and engine benchmarks against real redis-server masters into tools/results/latest.txt,
 ## benchstat over them (benchstat.txt) and the table of targets (table.md), which also becomes the
@@ -184,6 +185,29 @@ image: release-image
 e2e:
 	test/k8s-e2e/tools/build.sh
 	cd test/k8s-e2e && $(GO) test -count=1 -timeout 15m ./...
+
+E2E_NODE_DIST := $(DIST)/e2e-node
+E2E_NODE_IMAGE := ghcr.io/sidelock/sidelock:e2e-node
+## e2e-node: the chart on a real single-node cluster (test/k8s-e2e/node): a kubelet on Debian's
+## containerd and runc, the control plane, kube-proxy and CoreDNS built from the Go module proxy,
+## this tree's image; scenarios 1-6 of docs/kubernetes.md#tested-on-a-real-node. As root. Not in
+## `make test` (a cold build of the components takes ~15 min).
+e2e-node:
+	@[ "$$(id -u)" = 0 ] || { echo "make e2e-node runs a kubelet and containerd, which need root" >&2; exit 1; }
+	$(call need-deb,containerd,containerd)
+	$(call need-deb,/usr/sbin/runc,runc)
+	$(call need-deb,/usr/lib/cni/bridge,containernetworking-plugins)
+	$(call need-deb,iptables,iptables)
+	$(call need-deb,ip,iproute2)
+	$(call need-deb,/bin/busybox,busybox-static)
+	$(call need-deb,redis-cli,redis-tools)
+	$(call need-deb,curl,curl)
+	test/k8s-e2e/tools/build.sh node
+	$(MAKE) --no-print-directory release-image DIST=$(E2E_NODE_DIST) RELEASE_PLATFORMS= IMAGE_PLATFORMS=linux/$(RELEASE_HOST_ARCH) \
+		VERSION=e2e-node IMAGE=$(E2E_NODE_IMAGE)
+	cd test/k8s-e2e && SIDELOCK_E2E_NODE=1 SIDELOCK_E2E_NODE_IMAGE_REF=$(E2E_NODE_IMAGE) \
+		SIDELOCK_E2E_NODE_IMAGE=$(CURDIR)/$(E2E_NODE_DIST)/sidelock_e2e-node_image_linux_$(RELEASE_HOST_ARCH).tar \
+		$(GO) test -count=1 -timeout 30m -v ./node/...
 
 ## helm-lint, k8s-validate, test-deploy: the chart, manifests, Dockerfile and skaffold.yaml, rendered
 ## with the Helm Go SDK / kustomize and strictly decoded into the Kubernetes API types (separate

@@ -5,9 +5,11 @@
 # The versions are this module's go.mod: k8s.io/kubernetes with its staging
 # modules pinned by `replace`, and the etcd it requires.
 # Cold: ~12 minutes on 2 cores; warm: seconds (linking only).
+# With the argument `node`, also the controller manager, scheduler, kubelet
+# and kube-proxy, and CoreDNS (coredns/, a module of its own).
 set -euo pipefail
 cd "$(dirname "$0")"
-out=../.cache/bin
+out=$PWD/../.cache/bin
 mkdir -p "$out"
 export GOCACHE="${SIDELOCK_E2E_GOCACHE:-$PWD/../.cache/go-build}"
 export CGO_ENABLED=0
@@ -30,3 +32,13 @@ build() { # name, package, ldflags
 build etcd ./etcd "-s -w"
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags"
 "$out/kube-apiserver" --version
+# make e2e-node (test/k8s-e2e/node) also runs a node: the rest of the control
+# plane and the kubelet, same version, same build cache.
+if [ "${1:-}" = node ]; then
+	for c in kube-controller-manager kube-scheduler kubelet kube-proxy; do
+		build "$c" "k8s.io/kubernetes/cmd/$c" "$ldflags"
+	done
+	# Cluster DNS: CoreDNS with the plugins the node needs (its own module).
+	(cd coredns && build coredns . "-s -w")
+	"$out/kubelet" --version
+fi
