@@ -24,28 +24,30 @@ import (
 // so the records outlive the pods the rollout deletes). Times are the wall
 // clock in microseconds from busybox's adjtimex (its date has no
 // sub-second field; /proc/uptime's 10ms steps were too coarse: a release
-// and the next grant can fall in one step). A SIGTERM releases a held lock
-// before the app exits.
+// and the next grant can fall in one step).
+//
+// A SIGTERM only sets stop: the loop then ends its round (a pending
+// acquire is cut short, a held lock released) and exits. A trap that
+// released by itself ran between release's DELETE and its "token=" (ash
+// runs traps between commands) and recorded a second release of the
+// token after the lock was free: a false broken promise of 1ms once.
 const contenderScript = `API=` + lockAPI + `
 now() { adjtimex | awk '/tv_sec/ {s = $2} /tv_usec/ {u = $2} END {printf "%d.%06d\n", s, u}'; }
 rec() { echo "$*" >> /records/$HOSTNAME; echo "$*"; }
-token=
-release() {
-  if [ -n "$token" ]; then
-    rec "released $(now) $token"
-    curl -s -o /dev/null -X DELETE -H "Lock-Token: $token" $API/locks/s5
-    token=
-  fi
-}
-trap 'release; exit 0' TERM
-while :; do
+stop=
+trap 'stop=1' TERM
+while [ -z "$stop" ]; do
   rm -f /tmp/body
-  curl -sS -o /tmp/body -X POST "$API/locks/s5?wait=30s&ttl=5s&owner=$HOSTNAME" & wait $!
+  curl -sS -o /tmp/body -X POST "$API/locks/s5?wait=30s&ttl=5s&owner=$HOSTNAME" & acquire=$!
+  wait $acquire
+  if [ -n "$stop" ]; then kill $acquire 2>/dev/null; wait $acquire; fi
   got=$(now)
   token=$(sed -n 's/.*"token":"\([^"]*\)".*/\1/p' /tmp/body 2>/dev/null)
-  if [ -n "$token" ]; then rec "granted $got $(cat /tmp/body)"; fi
-  sleep 0.2 & wait $!
-  release
+  [ -n "$token" ] || continue
+  rec "granted $got $(cat /tmp/body)"
+  [ -n "$stop" ] || { sleep 0.2 & wait $!; }
+  rec "released $(now) $token"
+  curl -s -o /dev/null -X DELETE -H "Lock-Token: $token" $API/locks/s5
 done`
 
 // Scenario 5: a rolling update of three replicas that contend for one
@@ -147,6 +149,9 @@ func readRecords(t *testing.T, dir string) ([]leasecheck.Promise, []leasecheck.S
 				}
 				grants = append(grants, grantRecord{Lease: l, at: at})
 			case "released":
+				if _, twice := released[rest]; twice {
+					t.Fatalf("%s: token released twice (a harness bug: only the first release ends the lock): %q", f.Name(), line)
+				}
 				released[rest] = at.Add(step)
 			}
 		}
