@@ -191,7 +191,7 @@ E2E_NODE_IMAGE := ghcr.io/sidelock/sidelock:e2e-node
 ## e2e-node: the chart on a real single-node cluster (test/k8s-e2e/node): a kubelet on Debian's
 ## containerd and runc, the control plane, kube-proxy and CoreDNS built from the Go module proxy,
 ## this tree's image; scenarios 1-6 of docs/kubernetes.md#tested-on-a-real-node. As root. Not in
-## `make test` (a cold build of the components takes ~15 min).
+## `make test` (a fresh clone takes 10-16 min, mostly building the components).
 e2e-node:
 	@[ "$$(id -u)" = 0 ] || { echo "make e2e-node runs a kubelet and containerd, which need root" >&2; exit 1; }
 	$(call need-deb,containerd,containerd)
