@@ -7,14 +7,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/sidecartest"
 )
 
 // Memory per connection, measured on the real binary (issue 14, item 3).
@@ -30,46 +29,23 @@ import (
 // go test working directory) in the tools module.
 const repoRoot = "../.."
 
-// sidecarBinary builds the sidecar as shipped (static, stripped), in the
-// product's module as make build does.
+// sidecarBinary builds the sidecar as shipped (static, stripped).
 func sidecarBinary(b *testing.B) string {
 	b.Helper()
-	bin := filepath.Join(b.TempDir(), "sidelock")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/sidelock")
-	build.Dir = repoRoot
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// runningSidecar is one sidecar process started by startBinary.
-type runningSidecar struct {
-	cmd        *exec.Cmd
-	api, admin string // host:port
+	return sidecartest.Build(b, "-trimpath", "-ldflags", "-s -w")
 }
 
 // startBinary starts bin over the masters with env on top of the shipped
-// defaults and waits until it is ready.
-func startBinary(b *testing.B, bin string, masters []string, env ...string) *runningSidecar {
+// defaults and waits until it is ready (sidecartest: free ports, again if
+// one was taken before the sidecar bound it; its log when it fails).
+func startBinary(b *testing.B, bin string, masters []string, env ...string) *sidecartest.Process {
 	b.Helper()
-	s := &runningSidecar{api: freeAddr(b), admin: freeAddr(b)}
-	s.cmd = exec.Command(bin)
-	s.cmd.Env = append([]string{"SIDELOCK_REDIS_ADDRS=" + strings.Join(masters, ","), "SIDELOCK_LISTEN_ADDR=" + s.api,
-		"SIDELOCK_ADMIN_ADDR=" + s.admin, "SIDELOCK_LOG_LEVEL=error"}, env...)
-	if err := s.cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.cmd.Process.Kill(); _ = s.cmd.Wait() })
-	start := time.Now()
-	for !ready("http://" + s.admin + "/readyz") {
-		if time.Since(start) > 10*time.Second {
-			b.Fatal("not ready within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return s
+	return sidecartest.Start(b, bin, sidecarEnv(masters, "error", env...), sidecartest.Options{})
+}
+
+// sidecarEnv is the whole environment of a benchmarked sidecar.
+func sidecarEnv(masters []string, logLevel string, env ...string) []string {
+	return append([]string{"SIDELOCK_REDIS_ADDRS=" + strings.Join(masters, ","), "SIDELOCK_LOG_LEVEL=" + logLevel}, env...)
 }
 
 // memSample is what a sidecar uses at one moment.
@@ -77,10 +53,10 @@ type memSample struct {
 	rssKB, heapKB, stackKB, goroutines float64
 }
 
-func (s *runningSidecar) sample(b *testing.B) memSample {
+func sample(b *testing.B, s *sidecartest.Process) memSample {
 	b.Helper()
-	m := scrape(b, "http://"+s.admin+"/metrics")
-	return memSample{rssKB: vmRSS(b, s.cmd.Process.Pid), heapKB: m["go_memstats_heap_inuse_bytes"] / 1024,
+	m := scrape(b, s.Admin()+"/metrics")
+	return memSample{rssKB: vmRSS(b, s.Pid()), heapKB: m["go_memstats_heap_inuse_bytes"] / 1024,
 		stackKB: m["go_memstats_stack_inuse_bytes"] / 1024, goroutines: m["go_goroutines"]}
 }
 
@@ -174,16 +150,16 @@ func BenchmarkSidecarMemoryPerConnection(b *testing.B) {
 			for b.Loop() {
 				s := startBinary(b, bin, masters, fmt.Sprintf("SIDELOCK_MAX_CONNS=%d", n+16), fmt.Sprintf("SIDELOCK_MAX_WAITERS=%d", n+16))
 				settle()
-				before := s.sample(b)
+				before := sample(b, s)
 				run := strconv.FormatInt(time.Now().UnixNano(), 36)
 				for i := range n {
-					connKinds[kind](b, s.api, run, i)
+					connKinds[kind](b, s.APIAddr(), run, i)
 				}
 				if kind == "waiter" {
 					waitFor(b, s, "sidelock_waiters", float64(n))
 				}
 				settle()
-				u = perUnit(before, s.sample(b), n)
+				u = perUnit(before, sample(b, s), n)
 			}
 			b.ReportMetric(u.rssKB, "RSS-KB/conn")
 			b.ReportMetric(u.heapKB, "heap-KB/conn")
@@ -212,10 +188,10 @@ func durableMasterAddrs(b *testing.B) []string {
 }
 
 // waitFor waits until a metric of the sidecar reaches want.
-func waitFor(b *testing.B, s *runningSidecar, metric string, want float64) {
+func waitFor(b *testing.B, s *sidecartest.Process, metric string, want float64) {
 	b.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for scrape(b, "http://"+s.admin+"/metrics")[metric] < want {
+	for scrape(b, s.Admin()+"/metrics")[metric] < want {
 		if time.Now().After(deadline) {
 			b.Fatalf("%s below %v after 30s", metric, want)
 		}

@@ -33,13 +33,13 @@ func BenchmarkCPUPerPair(b *testing.B) {
 	b.Run("masters=3/sidelock-process", func(b *testing.B) {
 		s := startBinary(b, sidecarBinary(b), addrsOf(nodes), cpuSidecarEnv...)
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-		base := "http://" + s.api
-		sidecar0, client0, redis0 := processCPUSeconds(b, s.cmd.Process.Pid), cpuSeconds(), redisCPUSeconds(b, nodes)
+		base := s.API()
+		sidecar0, client0, redis0 := processCPUSeconds(b, s.Pid()), cpuSeconds(), redisCPUSeconds(b, nodes)
 		for i := 0; b.Loop(); i++ {
 			pairHTTP(b, client, base, fmt.Sprintf("cpu/%d", i%1024))
 		}
 		pairs := float64(b.N)
-		b.ReportMetric((processCPUSeconds(b, s.cmd.Process.Pid)-sidecar0)*1e6/pairs, "sidecar-cpu-µs/pair")
+		b.ReportMetric((processCPUSeconds(b, s.Pid())-sidecar0)*1e6/pairs, "sidecar-cpu-µs/pair")
 		b.ReportMetric((cpuSeconds()-client0)*1e6/pairs, "client-cpu-µs/pair")
 		b.ReportMetric((redisCPUSeconds(b, nodes)-redis0)*1e6/pairs, "redis-cpu-µs/pair")
 		reportErrors(b)

@@ -3,10 +3,8 @@ package bench
 import (
 	"bufio"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/sidecartest"
 )
 
 // BenchmarkSidecarIdleRSS builds the real binary, starts it against three
@@ -32,27 +31,18 @@ func BenchmarkSidecarIdleRSS(b *testing.B) {
 	}
 	var rssKB, heldKB, readyMS float64
 	for b.Loop() {
-		admin, api := freeAddr(b), freeAddr(b)
-		cmd := exec.Command(bin)
-		cmd.Env = []string{"SIDELOCK_REDIS_ADDRS=" + strings.Join(addrs, ","), "SIDELOCK_LISTEN_ADDR=" + api, "SIDELOCK_ADMIN_ADDR=" + admin, "SIDELOCK_LOG_LEVEL=warn"}
+		s := sidecartest.New(b, bin, sidecartest.Options{ReadyPoll: time.Millisecond})
 		start := time.Now()
-		if err := cmd.Start(); err != nil {
+		if err := s.Launch(sidecarEnv(addrs, "warn")); err != nil {
 			b.Fatal(err)
-		}
-		for !ready("http://" + admin + "/readyz") {
-			if time.Since(start) > 10*time.Second {
-				b.Fatal("not ready within 10s")
-			}
-			time.Sleep(time.Millisecond)
 		}
 		readyMS = float64(time.Since(start).Microseconds()) / 1000
 		time.Sleep(measured(time.Second)) // idle: a few health rounds
-		rssKB = vmRSS(b, cmd.Process.Pid)
-		holdMany(b, "http://"+api, heldLocks)
+		rssKB = vmRSS(b, s.Pid())
+		holdMany(b, s.API(), heldLocks)
 		time.Sleep(measured(time.Second)) // a few renewal rounds with every lock held
-		heldKB = vmRSS(b, cmd.Process.Pid)
-		cmd.Process.Kill()
-		cmd.Wait()
+		heldKB = vmRSS(b, s.Pid())
+		s.Kill()
 	}
 	b.ReportMetric(rssKB/1024, "idle-RSS-MB")
 	b.ReportMetric(heldKB/1024, "10k-held-RSS-MB")
@@ -84,15 +74,6 @@ func holdMany(b *testing.B, base string, n int) {
 	wg.Wait()
 }
 
-func ready(url string) bool {
-	res, err := http.Get(url)
-	if err != nil {
-		return false
-	}
-	res.Body.Close()
-	return res.StatusCode == 200
-}
-
 func vmRSS(b *testing.B, pid int) float64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -110,15 +91,6 @@ func vmRSS(b *testing.B, pid int) float64 {
 	return 0
 }
 
-func freeAddr(b *testing.B) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // BenchmarkSidecarRSSAtChartCaps runs the binary at the chart's caps (its
 // defaults are the chart's: test/deploy checks they agree) filled to the
 // worst case the formula in values.yaml covers — every connection a held
@@ -132,15 +104,15 @@ func BenchmarkSidecarRSSAtChartCaps(b *testing.B) {
 	for b.Loop() {
 		s := startBinary(b, bin, masters)
 		settle()
-		idleMB = s.sample(b).rssKB / 1024
+		idleMB = sample(b, s).rssKB / 1024
 		streams := caps["maxConns"] - 8 // a few places for the heartbeat callers and the scrape
-		holdMany(b, "http://"+s.api, caps["maxLocks"]-streams)
+		holdMany(b, s.API(), caps["maxLocks"]-streams)
 		run := strconv.FormatInt(time.Now().UnixNano(), 36)
 		for i := range streams {
-			connKinds["held"](b, s.api, run, i)
+			connKinds["held"](b, s.APIAddr(), run, i)
 		}
 		settle()
-		fullMB = s.sample(b).rssKB / 1024
+		fullMB = sample(b, s).rssKB / 1024
 		b.Logf("chart caps %v: idle %.1f MB, %d held streams + %d heartbeat leases %.1f MB, limit %d MiB",
 			caps, idleMB, streams, caps["maxLocks"]-streams, fullMB, caps["limitMi"])
 		if fullMB >= float64(caps["limitMi"]) {
