@@ -83,7 +83,7 @@ func (l *lease) handOver() handOff {
 			h.chainEnded = q.handOvers >= maxHandOvers
 			q.handOvers = 0
 			if h.chainEnded && now.Sub(q.remoteSeen) < remoteWindow {
-				q.yieldUntil = now.Add(m.handOverYield())
+				q.yieldUntil = now.Add(m.cfg.HandOverYield)
 			}
 		}
 		m.mu.Unlock()
@@ -141,11 +141,12 @@ func (m *Manager) deliver(q *queue, w *waiter, next *lease) bool {
 	return true
 }
 
-func (m *Manager) handOverYield() time.Duration {
-	if m.cfg.HandOverYield > 0 {
-		return m.cfg.HandOverYield
+// withHandOverDefaults fills in the hand-over's default.
+func (c Config) withHandOverDefaults() Config {
+	if c.HandOverYield == 0 {
+		c.HandOverYield = DefaultHandOverYield
 	}
-	return DefaultHandOverYield
+	return c
 }
 
 // noteRemoteHolder records that the masters refused req's lock while no

@@ -142,6 +142,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max hold %v must not be negative", c.MaxHold)
 	case c.NoQuorumRetry < 0 || c.NoQuorumRetry > MaxNoQuorumRetry:
 		return fmt.Errorf("no-quorum retry %v must be within [0s, %v]", c.NoQuorumRetry, MaxNoQuorumRetry)
+	case c.HandOverYield < 0:
+		return fmt.Errorf("hand-over yield %v must not be negative (0 takes the default)", c.HandOverYield)
 	}
 	return errors.Join(c.validateLimits(), c.validateAdmission())
 }
@@ -247,7 +249,7 @@ func NewManager(locker Locker, cfg Config) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withLimitDefaults().withAdmissionDefaults()
+	cfg = cfg.withLimitDefaults().withAdmissionDefaults().withHandOverDefaults()
 	obs := cfg.Observer
 	if obs == nil {
 		obs = nopObserver{}

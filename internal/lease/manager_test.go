@@ -362,6 +362,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *lease.Config) { c.KeyTTL = 100 * time.Millisecond },
 		func(c *lease.Config) { c.DefaultTTL = 2 * time.Hour },
 		func(c *lease.Config) { c.MaxWait = -1 },
+		func(c *lease.Config) { c.HandOverYield = -time.Millisecond },
 	} {
 		c := good
 		mut(&c)
