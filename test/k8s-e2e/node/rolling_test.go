@@ -43,9 +43,9 @@ while [ -z "$stop" ]; do
   if [ -n "$stop" ]; then kill $acquire 2>/dev/null; wait $acquire; fi
   got=$(now)
   token=$(sed -n 's/.*"token":"\([^"]*\)".*/\1/p' /tmp/body 2>/dev/null)
+  [ -n "$token" ] && rec "granted $got $(cat /tmp/body)"
+  [ -n "$stop" ] || { sleep 0.2 & wait $!; } # hold it, or pause after a refusal
   [ -n "$token" ] || continue
-  rec "granted $got $(cat /tmp/body)"
-  [ -n "$stop" ] || { sleep 0.2 & wait $!; }
   rec "released $(now) $token"
   curl -s -o /dev/null -X DELETE -H "Lock-Token: $token" $API/locks/s5
 done`
