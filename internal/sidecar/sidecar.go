@@ -157,7 +157,7 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (_ *Sidecar, er
 	s.leases, err = lease.NewManager(locker, lease.Config{
 		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
 		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold, MaxLocks: cfg.MaxLocks, MaxWaiters: cfg.MaxWaiters, MaxWaitersPerName: cfg.MaxWaitersPerName,
-		NoQuorumRetry: cfg.NoQuorumRetry, QuorumUp: func() bool { return s.checker.Report().Ready }, Observer: obs, Logger: s.log,
+		NoQuorumRetry: cfg.NoQuorumRetry, QuorumUp: func() bool { return !s.checker.QuorumLost() }, Observer: obs, Logger: s.log,
 		// Leases start and end only once the API serves, after s.watches
 		// is set below.
 		Changed: func(name string) { s.watches.Changed(name) },
@@ -188,7 +188,8 @@ func (s *Sidecar) newChecker(ctx context.Context) error {
 	}
 	var err error
 	s.checker, err = health.New(s.groups, health.Config{
-		Interval: s.cfg.HealthInterval, InfoMaxAge: s.cfg.HealthInfoMaxAge, Timeout: s.cfg.NodeTimeout, OnChange: logHealthChange(s.log),
+		Interval: s.cfg.HealthInterval, InfoMaxAge: s.cfg.HealthInfoMaxAge, DownAfter: s.cfg.HealthDownAfter,
+		Timeout: s.cfg.NodeTimeout, OnChange: logHealthChange(s.log),
 		RestartGuard: guard, MastersPersistent: s.cfg.MastersPersistent, Fencing: s.cfg.Fencing, Logger: s.log,
 		ReadyPolicy: health.ReadyPolicy(s.cfg.ReadyPolicy),
 	})
