@@ -445,12 +445,14 @@ func acquireRequest(r *http.Request, k kind) (lease.Request, error) {
 	if len(keys) > 1 {
 		return lease.Request{}, badRequest(codeInvalidRequest, "the %s header is given more than once", idempotencyHeader)
 	}
-	req := lease.Request{Name: name}
-	if req.Permits, err = permitsParam(k, p.Permits); err != nil {
-		return req, err
+	req := lease.Request{Name: name, Mode: k.defaultMode}
+	if p.Permits != nil {
+		if req.Permits, err = permitsValue(*p.Permits); err != nil {
+			return req, err
+		}
 	}
-	if req.Mode, err = modeParam(k, p.Mode); err != nil {
-		return req, err
+	if p.Mode != nil {
+		req.Mode = lease.Mode(*p.Mode)
 	}
 	if len(keys) == 1 {
 		req.IdempotencyKey = keys[0]
@@ -497,38 +499,6 @@ func readTokenRequest(r *http.Request, k kind, allowTTL bool) (tokenRequest, err
 	}
 	tr.ttl, err = duration(lease.ParamTTL, p.TTL)
 	return tr, err
-}
-
-// permitsParam is an acquisition's permits: required for a semaphore,
-// refused for the other kinds.
-func permitsParam(k kind, v *intText) (int, error) {
-	switch {
-	case !k.permits && v != nil:
-		return 0, badRequest(codeInvalidPermits, "a %s takes no permits; permits applies to %s{name}", k.noun, semaphores)
-	case k.permits && v == nil:
-		return 0, badRequest(codeInvalidPermits, "permits is required: an integer within [1, %d]", lease.MaxPermits)
-	case v == nil:
-		return 0, nil
-	}
-	return permitsValue(*v)
-}
-
-// modeParam is an acquisition's mode: for a read/write lock, shared or
-// exclusive, exclusive when not given (as flock's default); refused for
-// the other kinds.
-func modeParam(k kind, v *string) (lease.Mode, error) {
-	switch {
-	case !k.mode && v != nil:
-		return "", badRequest(codeInvalidMode, "a %s takes no mode; mode applies to %s{name}", k.noun, rwlocks)
-	case !k.mode:
-		return "", nil
-	case v == nil:
-		return lease.ModeExclusive, nil
-	}
-	if m := lease.Mode(*v); m == lease.ModeShared || m == lease.ModeExclusive {
-		return m, nil
-	}
-	return "", badRequest(codeInvalidMode, "mode must be %q or %q, got %q", lease.ModeShared, lease.ModeExclusive, truncate(*v))
 }
 
 // strictQuery reads a query string that may name only the parameters in
