@@ -56,6 +56,7 @@ func TestConfigValidation(t *testing.T) {
 		"key prefix with #":          func(c *Config) { c.KeyPrefix = "sidelock:victim#" },
 		"key prefix without colon":   func(c *Config) { c.KeyPrefix = "sidelock" },
 		"key prefix with two colons": func(c *Config) { c.KeyPrefix = "a:b:" },
+		"lock API on the admin port": func(c *Config) { c.ListenAddr = "127.0.0.1:7421" },
 	}
 	for name, mutate := range cases {
 		c := validConfig()
@@ -155,5 +156,17 @@ func TestConfigRedisMaxConnsIsBounded(t *testing.T) {
 	t.Setenv("SIDELOCK_REDIS_ADDRS", "r1:6379")
 	if c, err := Load(); err != nil || c.RedisMaxConns != 2 {
 		t.Errorf("default SIDELOCK_REDIS_MAX_CONNS = %d, %v; want 2", c.RedisMaxConns, err)
+	}
+}
+
+// Every rule between settings names settings of the table, so that the
+// injector can tell which it can judge and where a pod sets them.
+func TestCombinationRulesNameSettings(t *testing.T) {
+	for _, r := range rules() {
+		for _, env := range r.settings {
+			if _, ok := Lookup(env); !ok {
+				t.Errorf("a rule names %s, which is not in the settings table", env)
+			}
+		}
 	}
 }
