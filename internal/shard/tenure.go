@@ -32,12 +32,12 @@ func (r *Router) NoteHolder(ctx context.Context, key string, rec redlock.HolderR
 
 // ReleaseTenure releases key in its group, or in both while it moves
 // (plain releases: a moving key holds no record).
-func (r *Router) ReleaseTenure(ctx context.Context, key, value string, mark redlock.WaiterMark) error {
+func (r *Router) ReleaseTenure(ctx context.Context, key, value string, mark redlock.WaiterMark, notify string) error {
 	home, prev := r.route(key)
 	if prev != nil {
 		return r.releaseBoth(ctx, home, prev, key, value)
 	}
-	return home.ReleaseTenure(ctx, key, value, mark)
+	return home.ReleaseTenure(ctx, key, value, mark, notify)
 }
 
 // RemoveMark removes a mark in key's group (and its previous group).
@@ -49,15 +49,15 @@ func (r *Router) RemoveMark(ctx context.Context, key, sidecar string) error {
 	return home.RemoveMark(ctx, key, sidecar)
 }
 
-// WatchWanted watches a sidecar's channel in every group: it holds keys
+// WatchChannel watches a sidecar's channel in every group: it holds keys
 // in any of them.
-func (r *Router) WatchWanted(channel string, notify func(redlock.Wanted)) (cancel func()) {
+func (r *Router) WatchChannel(channel string, notify func(redlock.Message)) (cancel func()) {
 	var cancels []func()
 	seen := map[*redlock.Locker]bool{}
 	for _, g := range append(append([]*redlock.Locker(nil), r.current...), r.previous...) {
 		if !seen[g] {
 			seen[g] = true
-			cancels = append(cancels, g.WatchWanted(channel, notify))
+			cancels = append(cancels, g.WatchChannel(channel, notify))
 		}
 	}
 	return func() {

@@ -30,7 +30,8 @@ import (
 //     it when it belongs to the key's current value.
 //   - Waiter marks (MarksKey): a sidecar whose waiting caller is refused
 //     leaves a mark, its caller's arrival in microseconds on its own clock,
-//     and the script publishes "wanted" on the holder's channel. A free key
+//     and the script publishes "wanted" on the holder's channel (each
+//     sidecar hears one channel of its own, named in its records). A free key
 //     goes only to the oldest live mark (or a caller older than every live
 //     mark), so callers of different sidecars take turns first come,
 //     first served (within the sidecars' clock skew), and the holding
@@ -246,15 +247,17 @@ func (l *Locker) NoteHolder(ctx context.Context, key string, rec HolderRecord, s
 
 // ReleaseTenure is Release that also drops the holder record and, in the
 // same step, leaves mark (TTL > 0: this sidecar's next caller keeps its
-// place in line) or removes mark.Sidecar's mark. Like Release it runs
-// whole whatever ctx does.
-func (l *Locker) ReleaseTenure(ctx context.Context, key, value string, mark WaiterMark) error {
+// place in line) or removes mark.Sidecar's mark. A deleted key is also
+// announced on the channel notify (unless ""), where the sidecar that
+// asked for it through a "wanted" message (Message.ReplyTo) hears it. Like
+// Release it runs whole whatever ctx does.
+func (l *Locker) ReleaseTenure(ctx context.Context, key, value string, mark WaiterMark, notify string) error {
 	if !l.allTenureNodes() {
 		return l.Release(ctx, key, value)
 	}
 	keys := TenureKeysOf(key)
 	return l.releaseEach(ctx, func(ctx context.Context, _ int, n Node) (bool, error) {
-		return n.(TenureNode).ReleaseTenure(ctx, keys, value, mark)
+		return n.(TenureNode).ReleaseTenure(ctx, keys, value, mark, notify)
 	})
 }
 
@@ -270,21 +273,37 @@ func (l *Locker) RemoveMark(ctx context.Context, key, sidecar string) error {
 	})
 }
 
-// Wanted is a "wanted" message: a sidecar's caller was refused key, and
-// its mark says since when it waits.
-type Wanted struct {
-	Key  string
-	Mark WaiterMark // Arrival and TTL (Sidecar unknown)
+// MessageKind tells the messages on a sidecar's channel apart.
+type MessageKind byte
+
+// Kinds of message.
+const (
+	// MessageWanted: a caller of another sidecar was refused Key; Mark
+	// says since when it waits (Sidecar unknown), ReplyTo where that
+	// sidecar hears a release meant for it.
+	MessageWanted MessageKind = 'w'
+	// MessageReleased: Key, which this sidecar asked for, was released.
+	MessageReleased MessageKind = 'r'
+)
+
+// Message is one message on a sidecar's channel (TakeRequest's
+// Holder.Channel): published by the masters' scripts.
+type Message struct {
+	Kind    MessageKind
+	Key     string
+	Mark    WaiterMark
+	ReplyTo string
 }
 
-// WatchWanted calls notify (which must not block) with every "wanted"
-// message published on channel by any master, until cancel.
-func (l *Locker) WatchWanted(channel string, notify func(Wanted)) (cancel func()) {
+// WatchChannel calls notify (which must not block) with every message
+// published on a sidecar's channel by any master, until cancel. Each
+// master publishes its own, so one event may arrive once per master.
+func (l *Locker) WatchChannel(channel string, notify func(Message)) (cancel func()) {
 	var cancels []func()
 	for _, n := range l.nodes {
 		if w, ok := n.(MessageWatcher); ok {
 			cancels = append(cancels, w.WatchMessages(channel, func(payload string) {
-				if m, ok := ParseWanted(payload); ok {
+				if m, ok := ParseMessage(payload); ok {
 					notify(m)
 				}
 			}))
@@ -300,22 +319,30 @@ func (l *Locker) WatchWanted(channel string, notify func(Wanted)) (cancel func()
 	}
 }
 
-// WantedPayload is the payload of a "wanted" message (the scripts build
-// the same): the mark's arrival in µs, its ttl in ms, and the key.
-func WantedPayload(key string, m WaiterMark) string {
-	return fmt.Sprintf("%d %d %s", m.Arrival, m.TTL.Milliseconds(), key)
-}
-
-// ParseWanted reads a WantedPayload.
-func ParseWanted(payload string) (Wanted, bool) {
-	arrival, rest, ok1 := strings.Cut(payload, " ")
-	ttl, key, ok2 := strings.Cut(rest, " ")
-	a, err1 := strconv.ParseInt(arrival, 10, 64)
-	ms, err2 := strconv.ParseInt(ttl, 10, 64)
-	if !ok1 || !ok2 || err1 != nil || err2 != nil || key == "" {
-		return Wanted{}, false
+// ParseMessage reads a message the scripts publish on a sidecar's
+// channel: "w <arrival µs> <mark ttl ms> <reply channel> <key>" or
+// "r <key>" (keys and channels hold no spaces).
+func ParseMessage(payload string) (Message, bool) {
+	kind, rest, ok := strings.Cut(payload, " ")
+	switch {
+	case !ok:
+		return Message{}, false
+	case kind == "r" && rest != "":
+		return Message{Kind: MessageReleased, Key: rest}, true
+	case kind != "w":
+		return Message{}, false
 	}
-	return Wanted{Key: key, Mark: WaiterMark{Arrival: a, TTL: time.Duration(ms) * time.Millisecond}}, true
+	f := strings.SplitN(rest, " ", 4)
+	if len(f) != 4 || f[3] == "" {
+		return Message{}, false
+	}
+	arrival, err1 := strconv.ParseInt(f[0], 10, 64)
+	ms, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return Message{}, false
+	}
+	return Message{Kind: MessageWanted, Key: f[3], ReplyTo: f[2],
+		Mark: WaiterMark{Arrival: arrival, TTL: time.Duration(ms) * time.Millisecond}}, true
 }
 
 func (l *Locker) allTenureNodes() bool {

@@ -189,7 +189,7 @@ func TestInspectNamesTheRecordedHolder(t *testing.T) {
 	if h, _ := l.Inspect(ctx, "k"); !h.Held || !h.Idle {
 		t.Fatalf("after an idle note: %+v, want held by an idle holder", h)
 	}
-	if err := l.ReleaseTenure(ctx, "k", "A", redlock.WaiterMark{Sidecar: "s-A"}); err != nil {
+	if err := l.ReleaseTenure(ctx, "k", "A", redlock.WaiterMark{Sidecar: "s-A"}, ""); err != nil {
 		t.Fatal(err)
 	}
 	g, err := l.Acquire(ctx, "k", "old", 10*time.Second) // an older sidecar: no record
@@ -212,8 +212,8 @@ func TestTakeRefusedByAnIdleHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var heard []redlock.Wanted
-	cancel := l.WatchWanted("ch", func(w redlock.Wanted) {
+	var heard []redlock.Message
+	cancel := l.WatchChannel("ch", func(w redlock.Message) {
 		mu.Lock()
 		heard = append(heard, w)
 		mu.Unlock()
@@ -232,7 +232,7 @@ func TestTakeRefusedByAnIdleHolder(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(heard) != 3 || heard[0].Key != "k" || heard[0].Mark.Arrival != 77 || heard[0].Mark.TTL != time.Second {
+	if len(heard) != 3 || heard[0].Kind != redlock.MessageWanted || heard[0].Key != "k" || heard[0].Mark.Arrival != 77 || heard[0].Mark.TTL != time.Second || heard[0].ReplyTo != "ch" {
 		t.Fatalf("wanted heard: %+v, want one per master for arrival 77", heard)
 	}
 }
@@ -256,7 +256,7 @@ func TestMarksOrderTheWaitersOfSidecars(t *testing.T) {
 			t.Fatalf("waiter %s of a held key: %v", w.Value, err)
 		}
 	}
-	if err := l.ReleaseTenure(ctx, "k", "A", redlock.WaiterMark{Sidecar: "s-A"}); err != nil {
+	if err := l.ReleaseTenure(ctx, "k", "A", redlock.WaiterMark{Sidecar: "s-A"}, ""); err != nil {
 		t.Fatal(err)
 	}
 	_, err := l.Take(ctx, waiter("C", 20))
@@ -269,7 +269,7 @@ func TestMarksOrderTheWaitersOfSidecars(t *testing.T) {
 		t.Fatalf("the oldest waiter: %+v %v, want granted, told of C's mark", got, err)
 	}
 	// B lets go to C, keeping a place for its own next caller (arrival 30).
-	if err := l.ReleaseTenure(ctx, "k", "B", redlock.WaiterMark{Sidecar: "s-B", Arrival: 30, TTL: 10 * time.Second}); err != nil {
+	if err := l.ReleaseTenure(ctx, "k", "B", redlock.WaiterMark{Sidecar: "s-B", Arrival: 30, TTL: 10 * time.Second}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Take(ctx, waiter("D", 25)); err != nil {

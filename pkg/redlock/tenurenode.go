@@ -145,8 +145,9 @@ type TenureNode interface {
 	// record's channel (HolderChannel), and reads the marks.
 	NoteHolder(ctx context.Context, keys TenureKeys, rec HolderRecord, self string, retention time.Duration) (NoteAnswer, error)
 	// ReleaseTenure is Release that also drops the holder record, and
-	// leaves (mark.TTL > 0) or removes the mark of mark.Sidecar.
-	ReleaseTenure(ctx context.Context, keys TenureKeys, value string, mark WaiterMark) (bool, error)
+	// leaves (mark.TTL > 0) or removes the mark of mark.Sidecar; a
+	// deleted key is also announced on the channel notify (unless "").
+	ReleaseTenure(ctx context.Context, keys TenureKeys, value string, mark WaiterMark, notify string) (bool, error)
 	// RemoveMark removes sidecar's mark.
 	RemoveMark(ctx context.Context, keys TenureKeys, sidecar string) error
 	// GetHolder reads the key, its counter and its holder record in one

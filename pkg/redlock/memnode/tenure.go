@@ -136,7 +136,7 @@ func (n *Node) takeLocked(keys TenureKeys, a TakeArgs, now time.Time) (TakeAnswe
 		leaveMark()
 		var calls []func()
 		if found && rec.Channel != "" && (a.Mark.TTL > 0 || ans.Idle) {
-			calls = n.publishLocked(rec.Channel, wantedPayload(keys.Key, a.Mark))
+			calls = n.publishLocked(rec.Channel, wantedPayload(keys.Key, a.Mark, a.Holder.Channel))
 		}
 		return ans, calls
 	}
@@ -168,13 +168,14 @@ func (n *Node) takeLocked(keys TenureKeys, a TakeArgs, now time.Time) (TakeAnswe
 	return ans, nil
 }
 
-// wantedPayload is redlock.WantedPayload.
-func wantedPayload(key string, m WaiterMark) string {
+// wantedPayload is what take_tenure.lua publishes: "w <arrival> <mark
+// ttl ms> <reply channel> <key>".
+func wantedPayload(key string, m WaiterMark, replyTo string) string {
 	ms := int64(0)
 	if m.TTL > 0 {
 		ms = int64((m.TTL + time.Millisecond - 1) / time.Millisecond)
 	}
-	return strconv.FormatInt(m.Arrival, 10) + " " + strconv.FormatInt(ms, 10) + " " + key
+	return "w " + strconv.FormatInt(m.Arrival, 10) + " " + strconv.FormatInt(ms, 10) + " " + replyTo + " " + key
 }
 
 // olderThan tells whether mark a is older than b (ties by sidecar).
@@ -222,7 +223,7 @@ func (n *Node) NoteHolder(ctx context.Context, keys TenureKeys, rec HolderRecord
 }
 
 // ReleaseTenure implements redlock.TenureNode.
-func (n *Node) ReleaseTenure(ctx context.Context, keys TenureKeys, value string, mark WaiterMark) (bool, error) {
+func (n *Node) ReleaseTenure(ctx context.Context, keys TenureKeys, value string, mark WaiterMark, notify string) (bool, error) {
 	if err := n.enter(ctx, "release"); err != nil {
 		return false, err
 	}
@@ -240,6 +241,9 @@ func (n *Node) ReleaseTenure(ctx context.Context, keys TenureKeys, value string,
 			delete(n.entries, keys.Holder)
 		}
 	})
+	if released && notify != "" {
+		calls = append(calls, n.publishLocked(notify, "r "+keys.Key)...)
+	}
 	n.mu.Unlock()
 	for _, f := range calls {
 		f()

@@ -179,12 +179,13 @@ func testTenureRefusalLeavesAMark(t *testing.T, s *suite) {
 	if got.Acquired || got.Committed || got.HolderTTL <= 0 || got.Idle || got.ByMark {
 		t.Fatalf("take of a held key: %+v, want refused with the holder's ttl", got)
 	}
-	if m := msgs.wait(t, 1); len(m) == 0 || m[len(m)-1] != redlock.WantedPayload(s.key, redlock.WaiterMark{Arrival: 9, TTL: longTTL}) {
-		t.Fatalf("wanted messages %q, want one for arrival 9", m)
+	m := msgs.wait(t, 1)
+	if len(m) == 0 {
+		t.Fatal("no wanted message")
 	}
-	w, ok := redlock.ParseWanted(redlock.WantedPayload(s.key, redlock.WaiterMark{Arrival: 9, TTL: longTTL}))
-	if !ok || w.Key != s.key || w.Mark.Arrival != 9 || w.Mark.TTL != longTTL {
-		t.Fatalf("ParseWanted: %+v %v", w, ok)
+	w, ok := redlock.ParseMessage(m[len(m)-1])
+	if !ok || w.Kind != redlock.MessageWanted || w.Key != s.key || w.Mark.Arrival != 9 || w.Mark.TTL != longTTL || w.ReplyTo != "ch-s2" {
+		t.Fatalf("wanted message %q: %+v %v, want arrival 9 from ch-s2", m[len(m)-1], w, ok)
 	}
 	// The holder's next take (a retry) sees B's mark as the oldest.
 	if got := s.take(t, n, takeArgs("A", "s1", 1, 4)); !got.Acquired || got.Oldest.Sidecar != "s2" || got.Oldest.Arrival != 9 || got.Oldest.TTL <= 0 {
@@ -349,10 +350,23 @@ func testTenureRelease(t *testing.T, s *suite) {
 	c := s.watch(t, s.key)
 	s.prime(t, s.key, c)
 	base := c.count()
-	s.take(t, n, takeArgs("A", "s1", 1, 4))
 	mark := redlock.WaiterMark{Sidecar: "s1", Arrival: 42, TTL: longTTL}
-	if ok, err := n.ReleaseTenure(s.ctx, s.tkeys(), "A", mark); err != nil || !ok {
+	replies := s.watchMessages(t, n, "ch-s9", func() {
+		if _, err := n.ReleaseTenure(s.ctx, s.tkeys(), "nobody", redlock.WaiterMark{Sidecar: "x"}, "ch-s9"); err != nil {
+			t.Fatal(err)
+		}
+		s.take(t, n, takeArgs("P", "p", 1, 4))
+		if _, err := n.ReleaseTenure(s.ctx, s.tkeys(), "P", redlock.WaiterMark{Sidecar: "p"}, "ch-s9"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	base = c.count()
+	s.take(t, n, takeArgs("A", "s1", 1, 4))
+	if ok, err := n.ReleaseTenure(s.ctx, s.tkeys(), "A", mark, "ch-s9"); err != nil || !ok {
 		t.Fatalf("ReleaseTenure: %v %v", ok, err)
+	}
+	if got := replies.wait(t, 1); len(got) != 1 || got[0] != "r "+s.key {
+		t.Fatalf("messages to the wanting sidecar: %q, want one release of the key", got)
 	}
 	if r := s.holder(t, n); r.Value != "" || r.Record.Value != "" {
 		t.Fatalf("after the release: %+v, want no key and no record", r)
@@ -361,7 +375,7 @@ func testTenureRelease(t *testing.T, s *suite) {
 	if got := s.take(t, n, takeArgs("B", "s2", 50, 4)); got.Acquired || !got.ByMark || got.Oldest.Arrival != 42 {
 		t.Fatalf("a younger caller after a release that left a mark: %+v, want refused by it", got)
 	}
-	if ok, err := n.ReleaseTenure(s.ctx, s.tkeys(), "nobody", redlock.WaiterMark{Sidecar: "s1"}); err != nil || ok {
+	if ok, err := n.ReleaseTenure(s.ctx, s.tkeys(), "nobody", redlock.WaiterMark{Sidecar: "s1"}, ""); err != nil || ok {
 		t.Fatalf("ReleaseTenure of another value: %v %v", ok, err)
 	}
 	if got := s.take(t, n, takeArgs("B", "s2", 50, 4)); !got.Acquired {

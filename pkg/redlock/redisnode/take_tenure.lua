@@ -5,8 +5,10 @@
 -- (a key held by it counts as free: a hand-over; '' for none), fencing
 -- mode (0 none, 1 proposal, 2 at once), proposal (mode 1: the block's top;
 -- mode 2: the fence asked to be above), block, retention ms, grant, owner,
--- channel, sidecar, arrival (µs, on the caller's clock), mark ttl ms (0: no
--- mark on refusal).
+-- channel (the taker's: written in the record, and the reply channel of
+-- a "wanted" message), sidecar, arrival (µs, on the caller's clock), mark
+-- ttl ms (0: no mark on refusal). "wanted" is published on the holder
+-- record's channel as 'w <arrival> <mark ttl> <reply channel> <key>'.
 -- Returns {acquired, holder_pttl, fence, committed, prev, idle, idle_ttl,
 -- by_mark, oldest_arrival, oldest_ttl, oldest_sidecar}: fence is the
 -- committed top, else the floor read.
@@ -52,7 +54,7 @@ if cur and cur ~= value then
 	end
 	leave_mark()
 	if rec and rec.c ~= '' and (mark_ttl > 0 or idle == 1) then
-		redis.pcall('PUBLISH', rec.c, arrival .. ' ' .. string.format('%d', mark_ttl) .. ' ' .. key)
+		redis.pcall('PUBLISH', rec.c, 'w ' .. arrival .. ' ' .. string.format('%d', mark_ttl) .. ' ' .. channel .. ' ' .. key)
 	end
 	return answer(0, pttl, 0, 0, 0, idle, idle_ttl, 0)
 end

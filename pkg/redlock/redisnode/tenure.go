@@ -119,9 +119,9 @@ func (n *Node) NoteHolder(ctx context.Context, keys redlock.TenureKeys, rec redl
 }
 
 // ReleaseTenure implements redlock.TenureNode.
-func (n *Node) ReleaseTenure(ctx context.Context, keys redlock.TenureKeys, value string, mark redlock.WaiterMark) (bool, error) {
+func (n *Node) ReleaseTenure(ctx context.Context, keys redlock.TenureKeys, value string, mark redlock.WaiterMark, notify string) (bool, error) {
 	deleted, err := n.pipe.run(ctx, releaseTenureScript, []string{keys.Key, keys.Holder, keys.Marks},
-		value, mark.Sidecar, mark.Arrival, markMilliseconds(mark.TTL)).Int64()
+		value, mark.Sidecar, mark.Arrival, markMilliseconds(mark.TTL), notify).Int64()
 	if err != nil {
 		return false, n.wrap(ctx, "release", err)
 	}
