@@ -101,7 +101,7 @@ func rules() []rule {
 		{[]string{EnvListenAddr, EnvAdminAddr}, func(c Config) error {
 			_, listen, err1 := net.SplitHostPort(c.ListenAddr)
 			_, admin, err2 := net.SplitHostPort(c.AdminAddr)
-			return unless(err1 != nil || err2 != nil || listen != admin, fmt.Sprintf(
+			return unless(err1 != nil || err2 != nil || listen != admin || listen == "0", fmt.Sprintf( // 0: any free port
 				"the lock API (SIDELOCK_LISTEN_ADDR=%s) and the admin port (SIDELOCK_ADMIN_ADDR=%s) must differ", c.ListenAddr, c.AdminAddr))
 		}},
 		{[]string{envRedisTLSCert, envRedisTLSKey}, func(c Config) error {

@@ -65,6 +65,11 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+	free := validConfig()
+	free.ListenAddr, free.AdminAddr = "127.0.0.1:0", "127.0.0.1:0" // each any free port
+	if err := free.Validate(); err != nil {
+		t.Errorf("two free ports rejected: %v", err)
+	}
 	for _, ok := range []string{"127.0.0.1:7420", "[::1]:7420", "localhost:7420", "127.0.0.2:80"} {
 		c := validConfig()
 		c.ListenAddr = ok
