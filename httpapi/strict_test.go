@@ -146,23 +146,15 @@ func TestIdempotencyKeyCannotBeBorrowed(t *testing.T) {
 // (400 ambiguous_framing), takes nothing, and its connection is closed; a
 // well-framed chunked request on another connection is served.
 func TestBothContentLengthAndTransferEncodingAreRefused(t *testing.T) {
-	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
-	locker, err := redlock.New(nodes, redlock.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "f:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	core := newCore(t)
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ln := framing.Watch(inner)
-	srv := &http.Server{Handler: httpapi.NewServer(discardLogger(), m, nil, httpapi.WithFramingCheck(ln.Ambiguous)), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: core.Handler(httpapi.WithFramingCheck(ln.Ambiguous)), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close(); m.Close(context.Background()) })
+	t.Cleanup(func() { _ = srv.Close() })
 
 	send := func(request string) (*http.Response, *bufio.Reader, net.Conn) {
 		c, err := net.Dial("tcp", ln.Addr().String())
@@ -196,7 +188,7 @@ func TestBothContentLengthAndTransferEncodingAreRefused(t *testing.T) {
 		t.Fatalf("a well-framed chunked acquire: %d %s", res.StatusCode, body)
 	}
 	for _, name := range []string{"smuggled", "second"} {
-		if st, _ := m.Inspect(context.Background(), name); st.Held {
+		if st, _ := core.Leases().Inspect(context.Background(), name); st.Held {
 			t.Errorf("%s is held after a refused connection", name)
 		}
 	}
