@@ -63,6 +63,10 @@ func WithLeaseTuning(tune func(*lease.Config)) Option {
 	return func(o *options) { o.tuneLeases = tune }
 }
 
+// WithWatchPoll sets how often the watch hub reads a watched lock from the
+// masters (0: watch.DefaultPoll).
+func WithWatchPoll(d time.Duration) Option { return func(o *options) { o.watchPoll = d } }
+
 // Assemble builds a Core from cfg: it connects to the masters of cfg's
 // groups (or takes WithNodes'), checks that they are independent, runs
 // two health rounds unless WithChecksAfter says otherwise, records the
@@ -114,7 +118,7 @@ func Assemble(ctx context.Context, cfg config.Config, opts ...Option) (_ *Core, 
 	if c.leases, err = c.newLeases(locker); err != nil {
 		return nil, err
 	}
-	c.watches = watch.New(watch.Config{Source: c.leases, MaxStreams: cfg.MaxWatchers})
+	c.watches = watch.New(watch.Config{Source: c.leases, MaxStreams: cfg.MaxWatchers, Poll: c.opts.watchPoll})
 	return c, nil
 }
 
@@ -126,7 +130,11 @@ func groupSpecs(cfg config.Config, opts []Option) (current, previous []config.Gr
 		opt(&o)
 	}
 	if o.nodes != nil {
-		return []config.GroupSpec{{Name: "in-process"}}, nil, nil
+		addrs := make([]string, len(o.nodes))
+		for i, n := range o.nodes {
+			addrs[i] = n.Addr()
+		}
+		return []config.GroupSpec{{Name: config.DefaultGroupName(addrs)}}, nil, nil
 	}
 	return cfg.Groups()
 }

@@ -54,6 +54,7 @@ type options struct {
 	nodes          []redlock.Node // the one group's masters (WithNodes)
 	healthChanged  func(prev, cur health.Report)
 	tuneLeases     func(*lease.Config)
+	watchPoll      time.Duration
 }
 
 // WithLogger sets the logger (default: discard).
