@@ -8,16 +8,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sidelock/sidelock/httpapi"
 	"github.com/sidelock/sidelock/internal/framing"
-	"github.com/sidelock/sidelock/internal/lease"
-	"github.com/sidelock/sidelock/pkg/redlock"
-	"github.com/sidelock/sidelock/pkg/redlock/memnode"
 )
 
 // A JSON body means one thing or is refused: repeated names (the last
@@ -67,46 +64,35 @@ func TestOwnerRefusesControlAndBidiCharacters(t *testing.T) {
 	}
 }
 
-// recordingObserver keeps the status codes of finished requests.
-type recordingObserver struct {
-	mu    sync.Mutex
-	codes map[int]int
-}
-
-func (o *recordingObserver) Request(route, method string, code int, elapsed time.Duration) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.codes[code]++
-}
-
-func (o *recordingObserver) count(code int) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.codes[code]
-}
-
 // Requests refused for a missing or wrong token are counted in the
 // request metrics like every other answer.
 func TestUnauthorizedRequestsAreCounted(t *testing.T) {
-	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
-	locker, err := redlock.New(nodes, redlock.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "u:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	obs := &recordingObserver{codes: map[int]int{}}
-	srv := httptest.NewServer(httpapi.NewServer(discardLogger(), m, obs, httpapi.WithAPIToken(apiToken)))
-	t.Cleanup(func() { srv.Close(); m.Close(context.Background()) })
+	core := newCore(t)
+	srv := httptest.NewServer(core.Handler(httpapi.WithAPIToken(apiToken)))
+	t.Cleanup(srv.Close)
 	for range 3 {
 		if got := call(t, srv, "POST", "/locks/a", "", "Authorization", "Bearer wrong-guess-1234567890"); got.status != 401 {
 			t.Fatalf("wrong token: %d", got.status)
 		}
 	}
-	if n := obs.count(401); n != 3 {
-		t.Fatalf("401s counted: %d, want 3", n)
+	admin := httptest.NewServer(core.AdminHandler())
+	t.Cleanup(admin.Close)
+	res, err := admin.Client().Get(admin.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	metrics := string(raw)
+	counted := 0
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, "sidelock_http_requests_total{") && strings.Contains(line, `code="401"`) {
+			n, _ := strconv.Atoi(line[strings.LastIndexByte(line, ' ')+1:])
+			counted += n
+		}
+	}
+	if counted != 3 {
+		t.Fatalf("401s counted: %d, want 3", counted)
 	}
 }
 
