@@ -161,12 +161,17 @@ func (n *Node) releaseThen(ctx context.Context, key, value string, also func(now
 	if err := n.enter(ctx, "release"); err != nil {
 		return false, err
 	}
+	return n.releaseEntered(key, value, also), nil
+}
+
+// releaseEntered is releaseThen once the call has entered the node.
+func (n *Node) releaseEntered(key, value string, also func(now time.Time)) bool {
 	n.mu.Lock()
 	now := n.now()
 	held, ok := n.lookup(key, now)
 	if !ok || held.value != value {
 		n.mu.Unlock()
-		return false, nil
+		return false
 	}
 	delete(n.entries, key)
 	if also != nil {
@@ -181,7 +186,7 @@ func (n *Node) releaseThen(ctx context.Context, key, value string, also func(now
 	for _, f := range notify {
 		f()
 	}
-	return true, nil
+	return true
 }
 
 // WatchReleases implements redlock.ReleaseWatcher. Like the Redis node it
