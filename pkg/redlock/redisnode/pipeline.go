@@ -184,6 +184,9 @@ func unqueued(ctx context.Context, err error) error {
 // (ctx ends) or when it is due to be sent (sendBy) leaves the queue, so it
 // is never sent for nobody.
 func (p *pipeliner) await(c *call) *redis.Cmd {
+	if answered(c) { // sent by its own caller (drive): no timer needed
+		return c.cmd
+	}
 	var sendBy <-chan time.Time
 	if !c.sendBy.IsZero() {
 		t := time.NewTimer(time.Until(c.sendBy))
