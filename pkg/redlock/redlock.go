@@ -119,9 +119,6 @@ type Locker struct {
 	fencing     bool
 	// fenceRetention is how long fence counters outlive their last grant.
 	fenceRetention time.Duration
-	// sameBudget: every node's calls get the same budget, so one context
-	// can bound a whole round (fanOutIndexed).
-	sameBudget bool
 }
 
 const (
@@ -169,7 +166,6 @@ func New(nodes []Node, cfg Config) (*Locker, error) {
 		now:            cfg.Now,
 		fencing:        cfg.Fencing,
 		fenceRetention: cfg.FenceRetention,
-		sameBudget:     sameBudget(nodes),
 	}
 	return l, nil
 }
@@ -488,36 +484,16 @@ func fanOut(ctx context.Context, l *Locker, call func(context.Context, Node) rep
 // fanOutIndexed is fanOut whose call also learns the master's index.
 func fanOutIndexed(ctx context.Context, l *Locker, call func(context.Context, int, Node) reply) []reply {
 	replies := make([]reply, len(l.nodes))
-	one := func(i int, n Node) reply { return callOne(ctx, l.nodeTimeout, i, n, call) }
-	if l.sameBudget {
-		// One context bounds every call of the round: they start together
-		// and have the same budget, and one timer is cheaper than N.
-		roundCtx, cancel := nodeContext(ctx, l.nodeTimeout, l.nodes[0])
-		defer cancel()
-		one = func(i int, n Node) reply { return call(roundCtx, i, n) }
-	}
 	// The first call runs here: this goroutine's stack has grown already,
 	// a new one's grows again through the client's calls (measured: stack
 	// growth was a tenth of the sidecar's CPU with one goroutine per master).
 	var wg sync.WaitGroup
 	for i, n := range l.nodes[1:] {
-		wg.Go(func() { replies[i+1] = one(i+1, n) })
+		wg.Go(func() { replies[i+1] = callOne(ctx, l.nodeTimeout, i+1, n, call) })
 	}
-	replies[0] = one(0, l.nodes[0])
+	replies[0] = callOne(ctx, l.nodeTimeout, 0, l.nodes[0], call)
 	wg.Wait()
 	return l.discountIneligible(replies)
-}
-
-// sameBudget reports whether every node's calls get the same budget from
-// nodeContext (all queue calls, or none does).
-func sameBudget(nodes []Node) bool {
-	_, first := nodes[0].(QueueingNode)
-	for _, n := range nodes[1:] {
-		if _, q := n.(QueueingNode); q != first {
-			return false
-		}
-	}
-	return true
 }
 
 // discountIneligible turns the answers of nodes that do not count (see
