@@ -3,14 +3,14 @@
 # acquire+release pairs of distinct names (tools/pairload in a process of
 # its own), against fresh redis-server masters on loopback:
 #
-#   tools/profile/pair.sh sidelock|floor|nethttp [MASTERS] [PAIRS]
+#   tools/profile/pair.sh sidelock|floor|floor-release-after|nethttp [MASTERS] [PAIRS]
 #
 # Prints the sidecar process's task-clock and context switches per pair
 # (perf stat; this VM exposes no instruction counter) and, from
 # `perf record -g`, where its CPU goes (tools/profile/buckets.py). Needs perf (as root, or perf_event_paranoid
 # <= 1). Wrap it in `flock /work/locks/bench.lock` beside other benchmarks.
 set -euo pipefail
-target=${1:?sidelock, floor or nethttp}
+target=${1:?sidelock, floor, floor-release-after or nethttp}
 masters=${2:-3}
 pairs=${3:-5000}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -46,10 +46,11 @@ sidelock)
 	# fresh masters without persistence sit out one key ttl (the restart guard)
 	until curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null; do sleep 0.1; done
 	;;
-floor | nethttp)
+floor | floor-release-after | nethttp)
 	(cd "$root/tools" && go build -o "$work/sidecar" ./floor/cmd/floor)
 	flags=(-masters "$joined")
 	[ "$target" = nethttp ] && flags=(-http-only)
+	[ "$target" = floor-release-after ] && flags+=(-release-after)
 	"$work/sidecar" -listen "127.0.0.1:$api" "${flags[@]}" >"$work/sidecar.log" 2>&1 &
 	pids+=($!)
 	sidecar=$!
