@@ -40,8 +40,17 @@ func (n *Node) ReleaseMany(ctx context.Context, items []ReleaseItem) ([]bool, er
 		return nil, err
 	}
 	out := make([]bool, len(items))
+	var notify []func()
+	n.mu.Lock()
+	now := n.now()
 	for i, it := range items {
-		out[i] = n.releaseEntered(it.Key, it.Value, nil)
+		released, announce := n.releaseLocked(it.Key, it.Value, now, nil)
+		out[i], notify = released, append(notify, announce...)
+	}
+	n.mu.Unlock()
+	// Outside the lock, as Release announces.
+	for _, f := range notify {
+		f()
 	}
 	return out, nil
 }
