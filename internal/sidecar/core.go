@@ -12,6 +12,7 @@ import (
 
 	"github.com/sidelock/sidelock/httpapi"
 	"github.com/sidelock/sidelock/internal/config"
+	"github.com/sidelock/sidelock/internal/ctxsleep"
 	"github.com/sidelock/sidelock/internal/health"
 	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/internal/metrics"
@@ -231,17 +232,7 @@ func (c *Core) waitForChecks(ctx context.Context) bool {
 	if !c.opts.delayChecks {
 		return true
 	}
-	if c.opts.checksAfter < 0 {
-		return false
-	}
-	t := time.NewTimer(c.opts.checksAfter)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return c.opts.checksAfter >= 0 && ctxsleep.For(ctx, c.opts.checksAfter)
 }
 
 // endLeases stops taking acquisitions and ends every held lease, leaving
