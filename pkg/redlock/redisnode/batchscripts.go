@@ -87,16 +87,11 @@ var (
 // ReleaseMany implements redlock.BatchReleaser: one script call for all
 // items.
 func (n *Node) ReleaseMany(ctx context.Context, items []redlock.ReleaseItem) ([]bool, error) {
-	keys, args := releaseMany.flatten(len(items),
+	each, err := n.runMany(ctx, "release many", releaseMany, len(items),
 		func(i int) []string { return []string{items[i].Key} },
 		func(i int) []any { return []any{items[i].Value} })
-	reply, err := n.pipe.run(ctx, releaseMany.script, keys, args...).Result()
 	if err != nil {
-		return nil, n.wrap(ctx, "release many", err)
-	}
-	each, err := answers(reply, len(items))
-	if err != nil {
-		return nil, n.wrap(ctx, "release many", err)
+		return nil, err
 	}
 	out := make([]bool, len(items))
 	for i, a := range each {
@@ -105,21 +100,30 @@ func (n *Node) ReleaseMany(ctx context.Context, items []redlock.ReleaseItem) ([]
 	return out, nil
 }
 
+// runMany sends calls (keys and args of each) as one call of the many
+// form f and returns their answers, in order.
+func (n *Node) runMany(ctx context.Context, op string, f manyForm, calls int, keysOf func(i int) []string, argsOf func(i int) []any) ([]any, error) {
+	keys, args := f.flatten(calls, keysOf, argsOf)
+	reply, err := n.pipe.run(ctx, f.script, keys, args...).Result()
+	if err == nil {
+		var each []any
+		if each, err = answers(reply, calls); err == nil {
+			return each, nil
+		}
+	}
+	return nil, n.wrap(ctx, op, err)
+}
+
 // AcquireProposedMany implements redlock.BatchProposer: one script call
 // for all items.
 func (n *Node) AcquireProposedMany(ctx context.Context, items []redlock.ProposalItem) ([]redlock.Proposal, error) {
-	keys, args := acquireProposedMany.flatten(len(items),
+	each, err := n.runMany(ctx, "acquire many", acquireProposedMany, len(items),
 		func(i int) []string { return []string{items[i].Key, items[i].FenceKey} },
 		func(i int) []any {
 			return proposedArgs(items[i].Value, items[i].TTL, items[i].Proposal, items[i].Retention)
 		})
-	reply, err := n.pipe.run(ctx, acquireProposedMany.script, keys, args...).Result()
 	if err != nil {
-		return nil, n.wrap(ctx, "acquire many", err)
-	}
-	each, err := answers(reply, len(items))
-	if err != nil {
-		return nil, n.wrap(ctx, "acquire many", err)
+		return nil, err
 	}
 	out := make([]redlock.Proposal, len(items))
 	for i, a := range each {
