@@ -92,3 +92,29 @@ func scriptStats(b *testing.B, raw *redis.Client) (runs, usec int64, cpu float64
 	}
 	return runs, usec, cpu
 }
+
+// TestMergeKeepsTheOrderOfCallsOnOneKey: merging moves a call only when
+// no call of another script in the batch touches its keys, so every two
+// calls on one key keep their order, while calls on keys no other script
+// touches are still merged.
+func TestMergeKeepsTheOrderOfCallsOnOneKey(t *testing.T) {
+	take := func(key string) *call {
+		return &call{script: acquireProposedScript, keys: []string{key, redlock.FenceKey(key)}, args: proposedArgs("v", time.Second, 1, time.Hour)}
+	}
+	release := func(key string) *call { return &call{script: releaseScript, keys: []string{key}, args: []any{"v"}} }
+
+	// [take a, release k, take k, take b]: the take of k must stay after
+	// the release of k; the takes of a and b merge.
+	groups, merged := mergeBatch([]*call{take("a"), release("k"), take("k"), take("b")})
+	if got := groups[0]; len(got) != 2 || got[0] != 0 || got[1] != 3 {
+		t.Errorf("groups = %v, want the takes of a and b (0, 3) merged", groups)
+	}
+	if merged[2] || len(groups) != 1 {
+		t.Errorf("the take of k (2) was merged ahead of the release of k (1): groups %v merged %v", groups, merged)
+	}
+	// Calls of one script on one key merge, in their order.
+	groups, _ = mergeBatch([]*call{release("k"), release("j"), release("k")})
+	if got := groups[0]; len(got) != 3 || got[0] != 0 || got[1] != 1 || got[2] != 2 {
+		t.Errorf("groups = %v, want the three releases merged in order", groups)
+	}
+}
