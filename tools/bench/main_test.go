@@ -1,11 +1,10 @@
 package bench
 
 import (
-	"context"
 	"os"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/sidelock/sidelock/internal/redistest"
 )
 
 // TestMain silences go-redis's own log lines (a connection closed under a
@@ -13,10 +12,6 @@ import (
 // output as the benchmark lines, they can split one, and its figures are
 // then lost to tools/report.
 func TestMain(m *testing.M) {
-	redis.SetLogger(discardLogger{})
+	redistest.SilenceClientLogs()
 	os.Exit(m.Run())
 }
-
-type discardLogger struct{}
-
-func (discardLogger) Printf(context.Context, string, ...any) {}
