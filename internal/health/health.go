@@ -16,8 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sidelock/sidelock/internal/starvation"
+	"github.com/sidelock/sidelock/internal/ctxsleep"
 	"github.com/sidelock/sidelock/pkg/redlock"
+	"github.com/sidelock/sidelock/pkg/redlock/starvation"
 )
 
 // NodeState is one master's state after the last round.
@@ -172,7 +173,7 @@ type Config struct {
 	// StarvedDuring is called as a round starts; the function it returns
 	// says, once the round's observations are in, whether this process
 	// was starved of CPU meanwhile (default: the Go scheduler's latencies,
-	// internal/starvation). A master that did not answer in time during a
+	// pkg/redlock/starvation). A master that did not answer in time during a
 	// starved round is not judged by that round (see repeatInconclusive).
 	StarvedDuring func() (starved func() bool)
 
@@ -328,7 +329,7 @@ func (c *Checker) waitForRound(ctx context.Context, tick <-chan time.Time, last 
 	case <-tick:
 	case <-recheck:
 	case <-c.wake:
-		return sleep(ctx, time.Until(last.Add(wakeGap)))
+		return ctxsleep.For(ctx, time.Until(last.Add(wakeGap)))
 	}
 	return true
 }
@@ -346,21 +347,6 @@ func (c *Checker) isSettling() bool {
 	c.round.Lock()
 	defer c.round.Unlock()
 	return c.settling
-}
-
-// sleep waits d (nothing when d <= 0) and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // Veto keeps every master of group g (its index in the groups given to
