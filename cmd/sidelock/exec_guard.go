@@ -241,7 +241,7 @@ func readDeadlines(f *os.File) <-chan time.Time {
 	out := make(chan time.Time)
 	go func() {
 		defer close(out)
-		defer f.Close()
+		defer func() { _ = f.Close() }() // read only
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			if ns, err := strconv.ParseInt(sc.Text(), 10, 64); err == nil {
