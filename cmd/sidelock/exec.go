@@ -120,17 +120,23 @@ func runExec(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return exitWith(exitUnavailable, "sharing the lock's connection with the command's guard: %w", err)
 	}
+	deadlines, guardDeadlines, err := newDeadlineRelay(held.Lease.ValidUntil)
+	if err != nil {
+		_ = holdConn.Close()
+		return exitWith(exitUnavailable, "opening the deadline pipe to the command's guard: %w", err)
+	}
+	defer deadlines.close()
 	// Caught before the guard starts, so that none of them can end exec
 	// between its start and the supervision; forwarded once it runs.
 	signals, stopSignals := notifyForwarded()
 	defer stopSignals()
-	cmd := guardCommand(o.argv, holdConn, commandEnv(held.Lease, held.locks), stdout, stderr)
+	cmd := guardCommand(o.argv, holdConn, guardDeadlines, commandEnv(held.Lease, held.locks), stdout, stderr)
 	exited, err := startOnLockedThread(cmd)
-	_ = holdConn.Close() // the guard has its own copy now
+	_, _ = holdConn.Close(), guardDeadlines.Close() // the guard has its own copies now
 	if err != nil {
 		return exitWith(exitCannotRun, "starting the command's guard: %v", err)
 	}
-	group := commandGroup{pgid: cmd.Process.Pid, exited: exited}
+	group := commandGroup{pgid: cmd.Process.Pid, exited: exited, deadlines: deadlines}
 	return superviseCommand(group, signals, held.Held, o.grace, stderr)
 }
 
@@ -274,10 +280,11 @@ func setFences(locks []client.SetLock) string {
 }
 
 // commandGroup is the guard's process group, which the command and all it
-// starts are in, and the guard's exit.
+// starts are in, the guard's exit, and the relay of deadlines to it.
 type commandGroup struct {
-	pgid   int
-	exited <-chan error
+	pgid      int
+	exited    <-chan error
+	deadlines *deadlineRelay
 }
 
 // signal signals every process of the group; the guard outlives all but
@@ -296,7 +303,9 @@ const killLead = 100 * time.Millisecond
 //   - an "expiring" or "lost" event sends SIGTERM at once, and SIGKILL after
 //     the grace period or just before valid_until, whichever is first;
 //   - a watchdog SIGKILLs the command just before the last valid_until it
-//     heard of, should the stream stall without saying anything.
+//     heard of, should the stream stall without saying anything;
+//   - the guard is sent every valid_until heard of, and kills the command
+//     just before the last one should exec itself stall (exec_guard.go).
 //
 // It returns once the guard has exited and the group is swept (the guard
 // sweeps it too, unless it was killed itself), so that the lock is
@@ -362,6 +371,7 @@ func (s *supervisor) watch(valid time.Time) {
 		return
 	}
 	s.valid = valid
+	s.group.deadlines.send(valid)
 	if s.watchdog != nil {
 		s.watchdog.Stop()
 	}
@@ -379,6 +389,7 @@ func (s *supervisor) stop(e client.Event, valid time.Time) {
 	if valid.IsZero() || valid.After(s.valid) {
 		valid = s.valid
 	}
+	s.group.deadlines.send(valid)
 	what, why := "lost", lostReason(e)
 	if e.Kind == "expiring" {
 		what, why = "expiring", "renewals keep failing"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -38,14 +39,29 @@ import (
 // SIGKILLed at once (then the command's direct child dies with the guard,
 // through its own PDEATHSIG, but its children live on); a container stop
 // kills them all anyway.
+//
+// The guard keeps the lock's deadline too. exec alone hears the lock's
+// events, and a stopped exec (SIGSTOP, a debugger, a frozen cgroup) hears
+// nothing: it can neither learn that the lock is lost nor kill the command
+// on time, while the sidecar still sees its connection open. So exec sends
+// the guard every valid_until it hears, on a pipe (guardDeadlineFD), and the
+// guard kills the group killLead before the last one it heard unless a
+// later one came: the command is dead by the lock's valid_until whatever
+// state exec is in. A stopped exec cannot vouch for renewals either, so the
+// command is killed at the last valid_until exec relayed even if the lock
+// was renewed since.
 
 // execGuardCommand is the hidden subcommand exec runs the command under:
 // `sidelock _exec-guard EXEC_PID -- COMMAND [ARGS...]`.
 const execGuardCommand = "_exec-guard"
 
 // guardHoldFD is the guard's copy of the lock's connection: the first of
-// exec.Cmd.ExtraFiles.
-const guardHoldFD = 3
+// exec.Cmd.ExtraFiles; guardDeadlineFD is the read end of the pipe on
+// which exec sends each valid_until it hears, the second.
+const (
+	guardHoldFD     = 3
+	guardDeadlineFD = 4
+)
 
 // parentDeathSignal is what the kernel sends the guard when exec dies. It
 // is one of the forwarded signals, so the guard always has to ask whether
@@ -89,13 +105,13 @@ func notifyForwarded() (<-chan os.Signal, func()) {
 }
 
 // guardCommand is the guard process that runs argv for exec: a new
-// process group, the lock's connection as its fd 3, the kernel's word
-// when exec dies.
-func guardCommand(argv []string, holdConn *os.File, env []string, stdout, stderr io.Writer) *exec.Cmd {
+// process group, the lock's connection as its fd 3, the deadlines' pipe as
+// its fd 4, the kernel's word when exec dies.
+func guardCommand(argv []string, holdConn, deadlines *os.File, env []string, stdout, stderr io.Writer) *exec.Cmd {
 	args := append([]string{"sidelock", execGuardCommand, strconv.Itoa(os.Getpid()), "--"}, argv...)
 	cmd := &exec.Cmd{Path: selfExecutable(), Args: args, Env: env}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	cmd.ExtraFiles = []*os.File{holdConn}
+	cmd.ExtraFiles = []*os.File{holdConn, deadlines}
 	cmd.SysProcAttr = groupLeaderDyingWithParent(parentDeathSignal)
 	return cmd
 }
@@ -116,6 +132,8 @@ func runExecGuard(args []string) error {
 	// The command must not inherit the lock's connection: a process that
 	// escaped the group would keep the lock held for ever.
 	syscall.CloseOnExec(guardHoldFD)
+	syscall.CloseOnExec(guardDeadlineFD)
+	deadlines := readDeadlines(os.NewFile(guardDeadlineFD, "sidelock exec deadlines"))
 	signals, stop := notifyForwarded()
 	defer stop()
 	if os.Getppid() != parent {
@@ -130,7 +148,7 @@ func runExecGuard(args []string) error {
 	if err != nil {
 		return startError(err)
 	}
-	return guard(parent, signals, exited)
+	return guard(parent, signals, exited, deadlines)
 }
 
 // parseGuardArgs reads `EXEC_PID -- COMMAND [ARGS...]`.
@@ -146,12 +164,16 @@ func parseGuardArgs(args []string) (parent int, argv []string, err error) {
 	return parent, args[2:], nil
 }
 
-// guard waits for the command, passing its status on. Signals are caught
-// only because the guard is in the command's group and must outlive
-// them: they were meant for the command, which got them too.
-func guard(parent int, signals <-chan os.Signal, exited <-chan error) error {
+// guard waits for the command, passing its status on, and kills the
+// group killLead before the last valid_until exec sent (deadlines) unless
+// a later one came. Signals are caught only because the guard is in the
+// command's group and must outlive them: they were meant for the command,
+// which got them too.
+func guard(parent int, signals <-chan os.Signal, exited <-chan error, deadlines <-chan time.Time) error {
 	tick := time.NewTicker(parentPollInterval)
 	defer tick.Stop()
+	var deadline guardDeadline
+	defer deadline.stop()
 	for {
 		select {
 		case err := <-exited:
@@ -160,7 +182,20 @@ func guard(parent int, signals <-chan os.Signal, exited <-chan error) error {
 			if sweepSparesCaller {
 				sweepGroup(os.Getpid())
 			}
+			if deadline.passed {
+				return exitWith(exitLockLost, "the lock was not renewed by its valid_until %s as far as sidelock exec told (stopped?); killed the command",
+					deadline.valid.Format(time.RFC3339Nano))
+			}
 			return commandResult(err)
+		case valid, ok := <-deadlines:
+			if !ok {
+				deadlines = nil // exec closed the pipe or is gone: the last one stands
+				continue
+			}
+			deadline.set(valid)
+		case <-deadline.C():
+			deadline.passed = true
+			sweepGroup(os.Getpid())
 		case <-signals:
 		case <-tick.C:
 		}
@@ -169,6 +204,100 @@ func guard(parent int, signals <-chan os.Signal, exited <-chan error) error {
 			return exitWith(exitLockLost, "exec (pid %d) is gone; killed the command so that it does not run without the lock", parent)
 		}
 	}
+}
+
+// guardDeadline is the guard's timer: it fires killLead before the last
+// valid_until exec sent.
+type guardDeadline struct {
+	valid  time.Time
+	timer  *time.Timer
+	passed bool // the timer fired: the group was killed
+}
+
+// set re-arms the timer for valid, the latest valid_until exec heard.
+func (d *guardDeadline) set(valid time.Time) {
+	d.stop()
+	d.valid, d.timer = valid, time.NewTimer(time.Until(valid.Add(-killLead)))
+}
+
+// C fires when the deadline has come; never before the first set, nor
+// once it passed.
+func (d *guardDeadline) C() <-chan time.Time {
+	if d.timer == nil || d.passed {
+		return nil
+	}
+	return d.timer.C
+}
+
+func (d *guardDeadline) stop() {
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+}
+
+// readDeadlines delivers the valid_untils exec writes to f, one a line in
+// Unix nanoseconds, until f ends; the channel is then closed.
+func readDeadlines(f *os.File) <-chan time.Time {
+	out := make(chan time.Time)
+	go func() {
+		defer close(out)
+		defer func() { _ = f.Close() }() // read only
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if ns, err := strconv.ParseInt(sc.Text(), 10, 64); err == nil {
+				out <- time.Unix(0, ns)
+			}
+		}
+	}()
+	return out
+}
+
+// deadlineRelay sends the guard each valid_until exec hears, never
+// blocking exec: a guard slow to read gets the latest one, not each.
+type deadlineRelay struct {
+	w      *os.File
+	latest chan time.Time // capacity one: the value not yet written
+}
+
+// newDeadlineRelay opens the pipe to the guard, with valid, the first
+// valid_until, already in it; the read end is the guard's guardDeadlineFD,
+// which exec closes once the guard has started.
+func newDeadlineRelay(valid time.Time) (*deadlineRelay, *os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := fmt.Fprintf(w, "%d\n", valid.UnixNano()); err != nil {
+		_, _ = r.Close(), w.Close()
+		return nil, nil, err
+	}
+	d := &deadlineRelay{w: w, latest: make(chan time.Time, 1)}
+	go d.run()
+	return d, r, nil
+}
+
+// send relays valid to the guard; a value not yet written is replaced.
+// Only exec's supervising goroutine calls it.
+func (d *deadlineRelay) send(valid time.Time) {
+	select {
+	case <-d.latest:
+	default:
+	}
+	d.latest <- valid
+}
+
+func (d *deadlineRelay) run() {
+	for valid := range d.latest {
+		if _, err := fmt.Fprintf(d.w, "%d\n", valid.UnixNano()); err != nil {
+			return // the guard is gone
+		}
+	}
+}
+
+// close ends the relay and the guard's pipe.
+func (d *deadlineRelay) close() {
+	close(d.latest)
+	_ = d.w.Close()
 }
 
 // startOnLockedThread starts cmd from an OS thread that stays locked,

@@ -161,3 +161,91 @@ func stillRunning(pids []int) string {
 	}
 	return strings.Join(running, ", ")
 }
+
+// Issue 32: a stopped exec (SIGSTOP, a debugger) hears none of the lock's
+// events and cannot kill the command, while the sidecar still sees its
+// connection open. The guard keeps the deadline too: exec sent it every
+// valid_until it heard, and it kills the command 100ms before the last
+// one. Here exec is stopped, then two of three masters are frozen, so the
+// lock is lost at the valid_until the sidecar last published (read from
+// GET /locks, which the sidecar answers without the masters): the command,
+// a shell with a grandchild that ignores every signal but SIGKILL, must be
+// dead by then. Without the guard's deadline it ran on until exec was
+// resumed.
+func TestE2EStoppedExecStillHasTheCommandDeadByValidUntil(t *testing.T) {
+	masters := durableMasters(t, 3)
+	a := startSidecar(t, masters, "SIDELOCK_KEY_TTL=1s")
+	const name = "jobs/stopped-exec"
+	c, out, pids := startGroupCommand(t, a, name)
+	if err := c.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Signal(syscall.SIGCONT) })
+	died := whenDead(pids)
+	for _, m := range masters[:2] {
+		m.Stop()
+		t.Cleanup(m.Cont)
+	}
+	valid := lastValidUntil(t, a, name, 10*time.Second)
+	select {
+	case at := <-died:
+		t.Logf("the command died %v before the valid_until %v the sidecar last published", valid.Sub(at).Round(time.Millisecond), valid.Format(time.RFC3339Nano))
+		if at.After(valid) {
+			t.Fatalf("the command died %v after the lock's valid_until", at.Sub(valid))
+		}
+	case <-time.After(time.Until(valid.Add(time.Second))):
+		t.Fatalf("the command still ran 1s after the lock's valid_until %v, exec stopped: %s", valid.Format(time.RFC3339Nano), out())
+	}
+}
+
+// whenDead delivers the time by which every process of pids was dead
+// (gone, or a zombie), looked at every 2ms.
+func whenDead(pids []int) <-chan time.Time {
+	died := make(chan time.Time, 1)
+	go func() {
+		for {
+			alive := false
+			for _, pid := range pids {
+				if _, state, ok := procGroupAndState(pid); ok && state != 'Z' && state != 'X' {
+					alive = true
+				}
+			}
+			if !alive {
+				died <- time.Now()
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return died
+}
+
+// lastValidUntil follows the sidecar's own list of its leases (GET /locks,
+// answered without the masters) until name's lease is gone from it, and
+// returns the last valid_until it published for it.
+func lastValidUntil(t *testing.T, s *sidecar, name string, within time.Duration) time.Time {
+	t.Helper()
+	var valid time.Time
+	eventually(t, within, "the sidecar dropped the lost lease", func() bool {
+		code, body := s.do(t, http.MethodGet, "/locks", "")
+		if code != http.StatusOK {
+			t.Fatalf("GET /locks: %d %v", code, body)
+		}
+		locks, _ := body["locks"].([]any)
+		for _, l := range locks {
+			if l := l.(map[string]any); l["name"] == name {
+				v, err := time.Parse(time.RFC3339Nano, fmt.Sprint(l["valid_until"]))
+				if err != nil {
+					t.Fatalf("valid_until %v: %v", l["valid_until"], err)
+				}
+				valid = v
+				return false
+			}
+		}
+		return true
+	})
+	if valid.IsZero() {
+		t.Fatalf("no lease %q was listed", name)
+	}
+	return valid
+}

@@ -234,10 +234,13 @@ func TestE2EExecExitCodes(t *testing.T) {
 // When renewals keep failing, exec hears "expiring" before the lock's
 // validity ends and stops the command: SIGTERM at once and, for a command
 // that ignores it, SIGKILL before valid_until, well inside the default
-// 10s grace. It exits 79.
+// 10s grace. It exits 79. The key ttl leaves "expiring" (a third of it
+// before valid_until) a second ahead of exec's own watchdog (100ms before):
+// with a 1s ttl, a loaded machine once delivered it after the watchdog had
+// fired, and exec never said "expiring".
 func TestE2EExecStopsTheCommandWhenTheLockIsLost(t *testing.T) {
 	masters := durableMasters(t, 3)
-	a := startSidecar(t, masters, "SIDELOCK_KEY_TTL=1s")
+	a := startSidecar(t, masters, "SIDELOCK_KEY_TTL=3s")
 	// The command runs only once the acquisition has returned: a lock that
 	// merely shows as held may still be committing its fence.
 	started := filepath.Join(t.TempDir(), "started")

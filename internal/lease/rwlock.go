@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	mrand "math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sidelock/sidelock/pkg/redlock"
@@ -54,24 +56,59 @@ const MaxReaders = 64
 
 // rwKeys names the keys of the read/write lock name on the masters that a
 // reader's acquisition checks: the writer and the intent.
-func (m *Manager) rwKeys(name string) redlock.RWKeys {
-	writer := target{name: name, kind: KindRWLock, mode: ModeExclusive}
-	return redlock.RWKeys{
-		Writer: m.cfg.KeyPrefix + writer.resource(0),
-		Intent: m.cfg.KeyPrefix + name + kindMark + rwIntent,
-	}
-}
+func (m *Manager) rwKeys(name string) redlock.RWKeys { return rwKeysOf(m.cfg.KeyPrefix, name) }
 
 // writerKeys is rwKeys with every reader key, which a writer's
 // acquisition checks.
-func (m *Manager) writerKeys(name string) redlock.RWKeys {
-	keys := m.rwKeys(name)
+func (m *Manager) writerKeys(name string) redlock.RWKeys { return writerKeysOf(m.cfg.KeyPrefix, name) }
+
+func rwKeysOf(prefix, name string) redlock.RWKeys {
+	writer := target{name: name, kind: KindRWLock, mode: ModeExclusive}
+	return redlock.RWKeys{
+		Writer: prefix + writer.resource(0),
+		Intent: prefix + name + kindMark + rwIntent,
+	}
+}
+
+func writerKeysOf(prefix, name string) redlock.RWKeys {
+	keys := rwKeysOf(prefix, name)
 	readers := target{name: name, kind: KindRWLock, mode: ModeShared}
 	keys.Readers = readers.slotResources(MaxReaders)
 	for i, r := range keys.Readers {
-		keys.Readers[i] = m.cfg.KeyPrefix + r
+		keys.Readers[i] = prefix + r
 	}
 	return keys
+}
+
+// Excluders is redlock.Config.Excluders for the keys under keyPrefix: a
+// read/write lock's reader key is excluded by its writer key and its
+// writer key by its reader keys, as their acquisitions check; other keys
+// by none. A renewal then puts a read/write lock's key back on a master
+// only where the other side holds nothing (see docs/fencing.md).
+func Excluders(keyPrefix string) func(key string) []string {
+	return func(key string) []string {
+		resource, ok := strings.CutPrefix(key, keyPrefix)
+		if !ok {
+			return nil
+		}
+		name, side, ok := strings.Cut(resource, kindMark)
+		switch {
+		case !ok:
+			return nil
+		case side == rwWriter:
+			return writerKeysOf(keyPrefix, name).Readers
+		case isReaderSide(side):
+			return []string{rwKeysOf(keyPrefix, name).Writer}
+		}
+		return nil
+	}
+}
+
+// isReaderSide reports whether side is a reader slot's ("r1" … "r64").
+func isReaderSide(side string) bool {
+	slot, ok := strings.CutPrefix(side, rwReader)
+	n, err := strconv.Atoi(slot)
+	return ok && err == nil && n >= 1 && n <= MaxReaders && strconv.Itoa(n) == slot
 }
 
 // tryAcquireReader tries reader slots, from a random one, skipping those

@@ -33,6 +33,7 @@ func (c *Core) buildGroups(specs []config.GroupSpec) ([]*redlock.Locker, error) 
 		}
 		l, err := redlock.New(nodes, redlock.Config{
 			Name: spec.Name, NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor, Fencing: cfg.Fencing, FenceRetention: cfg.FenceRetention,
+			Excluders: lease.Excluders(cfg.KeyPrefix),
 		})
 		if err != nil {
 			closeNodes(nodes)

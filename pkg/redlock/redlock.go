@@ -97,6 +97,13 @@ type Config struct {
 	// grant on a master (default 1h); see fence.go for why it is safe to
 	// let it go.
 	FenceRetention time.Duration
+	// Excluders names, for a key, the keys whose presence on a master
+	// must keep a renewal from putting it back there (nil: none): a
+	// read/write lock's reader key is excluded by its writer key, its
+	// writer key by its reader keys, as their acquisitions are. A key
+	// with excluders is put back only by nodes that check them
+	// (GuardedRepairer); elsewhere it is left missing.
+	Excluders func(key string) []string
 }
 
 // Grant tells how long a successful Acquire or Extend may be relied on.
@@ -137,6 +144,7 @@ type Locker struct {
 	fencing     bool
 	// fenceRetention is how long fence counters outlive their last grant.
 	fenceRetention time.Duration
+	excluders      func(key string) []string // Config.Excluders
 }
 
 const (
@@ -184,6 +192,7 @@ func New(nodes []Node, cfg Config) (*Locker, error) {
 		now:            cfg.Now,
 		fencing:        cfg.Fencing,
 		fenceRetention: cfg.FenceRetention,
+		excluders:      cfg.Excluders,
 	}
 	return l, nil
 }
@@ -273,8 +282,8 @@ const repairWorkers = 16
 
 // repair puts keys back on the masters where a successful extend found
 // them missing (missingOn(i) lists them for node i), with Acquire's
-// set-if-absent, each call bounded by the node timeout. Failures are left
-// for the next round.
+// set-if-absent (putBack), each call bounded by the node timeout. Failures
+// are left for the next round.
 func (l *Locker) repair(ctx context.Context, missingOn func(i int) []ExtendItem) {
 	var wg sync.WaitGroup
 	for i, n := range l.nodes {
@@ -284,14 +293,38 @@ func (l *Locker) repair(ctx context.Context, missingOn func(i int) []ExtendItem)
 				for k := w; k < len(items); k += repairWorkers {
 					it := items[k]
 					callOne(ctx, l.nodeTimeout, i, n, func(ctx context.Context, _ int, n Node) reply {
-						_, _, err := n.Acquire(ctx, it.Key, it.Value, it.TTL)
-						return reply{err: err}
+						return reply{err: l.putBack(ctx, n, it)}
 					})
 				}
 			})
 		}
 	}
 	wg.Wait()
+}
+
+// putBack puts the item's key back on n. A key that others exclude (a read/write
+// lock's, Config.Excluders) goes back only where none of them is held,
+// checked in the same atomic step, as its acquisition checks them: a
+// put-back delayed on its way (a master paused, then resumed) must not
+// land beside a writer granted meanwhile, on a master that writer's
+// majority counted, for a later renewal to count it too. A node that
+// cannot check is left without the key: the margin is thinner, never a
+// second holder.
+func (l *Locker) putBack(ctx context.Context, n Node, it ExtendItem) error {
+	var excluders []string
+	if l.excluders != nil {
+		excluders = l.excluders(it.Key)
+	}
+	if len(excluders) == 0 {
+		_, _, err := n.Acquire(ctx, it.Key, it.Value, it.TTL)
+		return err
+	}
+	g, ok := n.(GuardedRepairer)
+	if !ok {
+		return nil
+	}
+	_, err := g.PutBack(ctx, it.Key, it.Value, it.TTL, excluders)
+	return err
 }
 
 // judgeExtend is the verdict on one key's extend round: a grant, ErrNotHeld

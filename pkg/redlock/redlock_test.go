@@ -226,6 +226,46 @@ func TestExtendRepairsAMinorityThatLostTheKey(t *testing.T) {
 	}
 }
 
+// A read/write lock's key is put back only where the other side holds
+// nothing (Config.Excluders), in single and batched renewals alike: here a
+// reader's key is missing on two masters, on one of which a writer's key
+// landed (a write that arrived late, say); the renewal still has its
+// quorum, puts the reader's key back on the free master, and leaves the
+// writer's master alone. The excluders of a plain lock's key are none.
+func TestExtendPutsARWKeyBackOnlyBesideNoOtherSide(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		mem, nodes := masters(5)
+		l, err := redlock.New(nodes, redlock.Config{NodeTimeout: 50 * time.Millisecond, Excluders: func(key string) []string {
+			if key == "rw#r1" {
+				return []string{"rw#w"}
+			}
+			return nil
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mem[:3] {
+			m.Acquire(context.Background(), "rw#r1", "R", time.Minute)
+		}
+		mem[4].Acquire(context.Background(), "rw#w", "W", time.Minute)
+		if batched {
+			_, errs := l.ExtendMany(context.Background(), []redlock.ExtendItem{{Key: "rw#r1", Value: "R", TTL: ttl}})
+			err = errs[0]
+		} else {
+			_, err = l.Extend(context.Background(), "rw#r1", "R", ttl)
+		}
+		if err != nil {
+			t.Fatalf("batched %v: %v", batched, err)
+		}
+		if got := keyOn(t, mem[3], "rw#r1"); got != "R" {
+			t.Errorf("batched %v: the free master holds %q, want the reader's key put back", batched, got)
+		}
+		if got := keyOn(t, mem[4], "rw#r1"); got != "" {
+			t.Errorf("batched %v: the reader's key was put back beside the writer's (%q)", batched, got)
+		}
+	}
+}
+
 // steppingClock advances by step at every reading, so elapsed time is exact.
 type steppingClock struct {
 	mu   sync.Mutex

@@ -21,6 +21,10 @@ import (
 //   - a writer is admitted only while no other writer and no reader holds
 //     the master; refused, it declares its intent so that no new reader is
 //     admitted on that master while it waits (writers do not starve).
+//
+// A renewal that finds a key missing on a master puts it back there
+// (Locker.Extend); a read/write lock's key must then not land beside the
+// other side's, which GuardedRepairer checks as the acquisitions do.
 type RWNode interface {
 	// AcquireReader is Acquire of a reader's key that is refused, with
 	// nothing written, while writerKey or intentKey is held by any value;
@@ -38,4 +42,16 @@ type RWNode interface {
 	// returns the longest remaining ttl of what refused it. Granted, it
 	// deletes intentKey if it holds value.
 	AcquireWriter(ctx context.Context, writerKey, fenceKey, value string, ttl time.Duration, intentKey string, readerKeys []string) (acquired bool, holderTTL time.Duration, floor int64, err error)
+}
+
+// GuardedRepairer is implemented by nodes that can put a key back only
+// while none of other keys is held: how a renewal repairs a read/write
+// lock's key (Config.Excluders), a reader's beside no writer and a writer's
+// beside no reader. Both shipped nodes implement it.
+type GuardedRepairer interface {
+	// PutBack is Acquire of key for value with ttl (set if absent, the
+	// ttl refreshed if value holds it already), refused with nothing
+	// written while any of excluders holds any value; it reports whether
+	// value holds key afterwards.
+	PutBack(ctx context.Context, key, value string, ttl time.Duration, excluders []string) (bool, error)
 }

@@ -460,6 +460,20 @@ func (l *link) Acquire(ctx context.Context, key, value string, ttl time.Duration
 	return ok, holderTTL, nil
 }
 
+// PutBack implements redlock.GuardedRepairer: a renewal's repair of a
+// read/write lock's key, as Acquire is the repair of any other.
+func (l *link) PutBack(ctx context.Context, key, value string, ttl time.Duration, excluders []string) (bool, error) {
+	var ok bool
+	excluders = slices.Clone(excluders)
+	if err := l.do(ctx, "acquire-plain", []string{key}, func() (e error) {
+		ok, e = l.m.mem.PutBack(bg, key, value, ttl, excluders)
+		return e
+	}); err != nil {
+		return false, err
+	}
+	return ok, nil
+}
+
 func (l *link) Extend(ctx context.Context, key, value string, ttl time.Duration) (redlock.ExtendOutcome, error) {
 	var out redlock.ExtendOutcome
 	if err := l.do(ctx, "extend", []string{key}, func() (e error) {

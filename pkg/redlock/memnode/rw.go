@@ -57,6 +57,24 @@ func (n *Node) AcquireWriter(ctx context.Context, writerKey, fenceKey, value str
 	return true, 0, max(n.counter(fenceKey, now), now.UnixMicro()), nil
 }
 
+// PutBack implements redlock.GuardedRepairer: take's set-if-absent of key,
+// refused with nothing written while any of excluders is held.
+func (n *Node) PutBack(ctx context.Context, key, value string, ttl time.Duration, excluders []string) (bool, error) {
+	if err := n.enter(ctx, "put back"); err != nil {
+		return false, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	for _, k := range excluders {
+		if _, ok := n.lookup(k, now); ok {
+			return false, nil
+		}
+	}
+	_, taken := n.take(key, value, ttl, now)
+	return taken, nil
+}
+
 // writerBlocked reports whether another writer or any reader holds the
 // lock, and the longest remaining ttl among them. The caller holds n.mu.
 func (n *Node) writerBlocked(writerKey, value string, readerKeys []string, now time.Time) (bool, time.Duration) {

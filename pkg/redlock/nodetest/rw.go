@@ -41,6 +41,7 @@ func testReadWrite(t *testing.T, s *suite) {
 		{"WriterRetryRefreshes", testWriterRetryRefreshes},
 		{"ReadersAndWriterExcludeConcurrently", testReadersAndWriterRace},
 		{"FinishedContextWritesNothing", testRWFinishedContext},
+		{"PutBackOnlyWhereTheOtherSideHoldsNothing", testPutBack},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -352,6 +353,12 @@ func testRWFinishedContext(t *testing.T, s *suite, rw rwLock) {
 			return err
 		},
 	}
+	if g, ok := rw.node.(redlock.GuardedRepairer); ok {
+		calls["PutBack"] = func() error {
+			_, err := g.PutBack(ctx, rw.keys.Readers[0], "R", longTTL, []string{rw.keys.Writer})
+			return err
+		}
+	}
 	for name, call := range calls {
 		start := time.Now()
 		err := call()
@@ -365,4 +372,50 @@ func testRWFinishedContext(t *testing.T, s *suite, rw rwLock) {
 	for _, key := range append([]string{rw.keys.Writer, rw.keys.Intent}, rw.keys.Readers...) {
 		s.wantAbsent(t, key)
 	}
+}
+
+// testPutBack: a renewal's repair of a read/write lock's key
+// (redlock.GuardedRepairer) sets it if absent, as an acquisition does, but
+// never beside the other side: a reader's key is not put back while the
+// writer key is held, a writer's while any reader key is. Refused, it
+// writes nothing; the intent, which only bars new readers, does not stop
+// it; a key another value holds stays theirs.
+func testPutBack(t *testing.T, s *suite, rw rwLock) {
+	g, ok := rw.node.(redlock.GuardedRepairer)
+	if !ok {
+		t.Skip("the node does not implement redlock.GuardedRepairer")
+	}
+	putBack := func(key, value string, excluders []string) bool {
+		t.Helper()
+		done, err := g.PutBack(s.ctx, key, value, longTTL, excluders)
+		if err != nil {
+			t.Fatalf("PutBack(%s, %q): %v", key, value, err)
+		}
+		return done
+	}
+	readerExcluders, writerExcluders := []string{rw.keys.Writer}, rw.keys.Readers
+
+	s.mustAcquire(t, rw.keys.Intent, "waiting writer", longTTL)
+	if !putBack(rw.keys.Readers[0], "R1", readerExcluders) {
+		t.Fatal("a reader key not put back on a master where no writer holds (a writer's intent there)")
+	}
+	s.wantHeld(t, rw.keys.Readers[0], "R1", readerTTL)
+	if putBack(rw.keys.Writer, "W", writerExcluders) {
+		t.Fatal("a writer key put back beside a reader")
+	}
+	s.wantAbsent(t, rw.keys.Writer)
+	if putBack(rw.keys.Readers[0], "R2", readerExcluders) {
+		t.Fatal("a reader key another reader holds was taken by a put-back")
+	}
+	s.wantHeld(t, rw.keys.Readers[0], "R1", readerTTL)
+
+	s.release(t, rw.keys.Readers[0], "R1")
+	if !putBack(rw.keys.Writer, "W", writerExcluders) {
+		t.Fatal("a writer key not put back on a master where no reader holds")
+	}
+	s.wantHeld(t, rw.keys.Writer, "W", readerTTL)
+	if putBack(rw.keys.Readers[1], "R3", readerExcluders) {
+		t.Fatal("a reader key put back beside the writer")
+	}
+	s.wantAbsent(t, rw.keys.Readers[1])
 }

@@ -16,12 +16,30 @@ var (
 	acquireReaderSrc string
 	//go:embed acquire_writer.lua
 	acquireWriterSrc string
+	//go:embed put_back.lua
+	putBackSrc string
 
 	acquireReaderScript = redis.NewScript(acquireReaderSrc)
 	acquireWriterScript = redis.NewScript(fenceFloorSrc + acquireWriterSrc)
+	putBackScript       = redis.NewScript(takeKeySrc + putBackSrc)
 )
 
-var _ redlock.RWNode = (*Node)(nil)
+var (
+	_ redlock.RWNode          = (*Node)(nil)
+	_ redlock.GuardedRepairer = (*Node)(nil)
+)
+
+// PutBack implements redlock.GuardedRepairer.
+func (n *Node) PutBack(ctx context.Context, key, value string, ttl time.Duration, excluders []string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, n.wrap(ctx, "put back", err)
+	}
+	reply, err := n.pipe.run(ctx, putBackScript, append([]string{key}, excluders...), value, milliseconds(ttl)).Int64()
+	if err != nil {
+		return false, n.wrap(ctx, "put back", err)
+	}
+	return reply == 1, nil
+}
 
 // AcquireReader implements redlock.RWNode.
 func (n *Node) AcquireReader(ctx context.Context, key, value string, ttl time.Duration, writerKey, intentKey string) (bool, time.Duration, bool, error) {
