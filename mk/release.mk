@@ -16,7 +16,12 @@ HELM := $(GO) run helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 # Deterministic archives: names sorted, root-owned, stamped with the commit's time.
 RELEASE_TAR := tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(SOURCE_DATE_EPOCH)
 
-.PHONY: release release-bin release-chart release-image image-test release-tools
+.PHONY: release release-bin release-chart release-image image-test release-tools version
+
+## version: write VERSION=vX.Y.Z into VERSION and every copy of it (the chart's version and appVersion,
+## both clients, the docs); `make test` fails while one disagrees (tools/release, TestVersionsAgree).
+version:
+	cd $(TOOLS) && $(GO) run ./release stamp -version $(VERSION)
 
 ## release: everything a GitHub release holds, into dist/: static binaries (linux amd64/arm64, the
 ## CLI for darwin amd64/arm64) as tar.gz, the packaged Helm chart, the OCI image (dist/oci, a

@@ -23,7 +23,7 @@ from .models import (Change, Holder, Lease, LockSetStatus, Mode, RWLockStatus, S
 from .times import Duration
 from .watch import Watch
 
-__version__ = "0.1.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "DEFAULT_ADDR", "Change", "Client", "Duration", "ERRORS_BY_CODE", "HeartbeatLock", "HeldLock", "Holder",
