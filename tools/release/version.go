@@ -77,7 +77,12 @@ var sites = []site{
 	{"clients/python/pyproject.toml", regexp.MustCompile(`(?m)^version = "([^"]+)"$`), Version.PEP440, "the Python package"},
 	{"clients/python/src/sidelock/__init__.py", regexp.MustCompile(`(?m)^__version__ = "([^"]+)"$`), Version.PEP440, "sidelock.__version__"},
 	{"clients/node/package.json", regexp.MustCompile(`(?m)^  "version": "([^"]+)",$`), Version.SemVer, "the npm package"},
-	{"clients/node/package-lock.json", regexp.MustCompile(`(?m)^\s+"version": "([^"]+)",$`), Version.SemVer, "the npm lockfile (no dependencies: its own entries only)"},
+	{"clients/node/package-lock.json", regexp.MustCompile(`\A\{\n  "name": "sidelock",\n  "version": "([^"]+)",`), Version.SemVer, "the npm lockfile's root"},
+	{"clients/node/package-lock.json", regexp.MustCompile(`"": \{\n      "name": "sidelock",\n      "version": "([^"]+)",`), Version.SemVer, "the npm lockfile's own package"},
+	{"clients/python/README.md", regexp.MustCompile(`sidelock-(\S+)-py3-none-any\.whl`), Version.PEP440, "the wheel's name"},
+	{"clients/node/README.md", regexp.MustCompile(`sidelock-node-(\S+)\.tgz`), Version.SemVer, "the npm tarball's name"},
+	{"docs/clients.md", regexp.MustCompile(`sidelock-(\S+)-py3-none-any\.whl`), Version.PEP440, "the wheel's name"},
+	{"docs/clients.md", regexp.MustCompile(`sidelock-node-(\S+)\.tgz`), Version.SemVer, "the npm tarball's name"},
 	{"README.md", regexp.MustCompile(`--version (\S+) `), Version.SemVer, "helm install's --version"},
 	{"docs/install.md", regexp.MustCompile(`--version (\S+) `), Version.SemVer, "helm install's --version"},
 }
