@@ -169,7 +169,7 @@ func problemFor(err error) problem {
 	case errors.As(err, &tooBig):
 		return newProblem(http.StatusRequestEntityTooLarge, codeBodyTooLarge, fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
 	case errors.As(err, &held):
-		p := newProblem(http.StatusConflict, codeLockHeld, "the lock is held by another owner (for a semaphore: every permit is held; for a read/write lock: a writer holds or waits, or readers hold it; for a lock set: one of its locks is held)")
+		p := newProblem(http.StatusConflict, codeLockHeld, heldDetail(err))
 		p.RetryAfterMS = held.RetryAfter.Milliseconds()
 		return p
 	case errors.Is(err, lease.ErrPermitsMismatch):
@@ -216,6 +216,39 @@ func problemFor(err error) problem {
 		return newProblem(http.StatusServiceUnavailable, codeTimeout, "the masters did not answer in time")
 	default:
 		return newProblem(http.StatusInternalServerError, codeInternal, "internal error")
+	}
+}
+
+// kindError is a refusal of an acquisition of one kind of lease: the
+// answers whose words depend on the kind (lock_held's) name the kind asked
+// for, and that kind alone.
+type kindError struct {
+	noun string // the kind's (kinds.go)
+	err  error
+}
+
+func (e *kindError) Error() string { return e.err.Error() }
+func (e *kindError) Unwrap() error { return e.err }
+
+// refusedFor marks err as the refusal of an acquisition of the kind noun.
+func refusedFor(noun string, err error) error { return &kindError{noun: noun, err: err} }
+
+// heldDetail is lock_held's detail for the kind the request asked for.
+func heldDetail(err error) string {
+	var kind *kindError
+	noun := lockNoun
+	if errors.As(err, &kind) {
+		noun = kind.noun
+	}
+	switch noun {
+	case semaphoreNoun:
+		return "every permit of the semaphore is held"
+	case rwlockNoun:
+		return "the read/write lock is held the other way: a writer holds or awaits it, or readers hold it"
+	case locksetNoun:
+		return "a lock of the set is held by another owner; none of the set was taken"
+	default:
+		return "the lock is held by another owner"
 	}
 }
 

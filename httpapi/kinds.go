@@ -36,22 +36,30 @@ const (
 	locksets   = "/locksets/"
 )
 
+// The nouns of the kinds, in refusals and in lock_held's detail (encode.go).
+const (
+	lockNoun      = "lock"
+	semaphoreNoun = "semaphore"
+	rwlockNoun    = "read/write lock"
+	locksetNoun   = "lock set"
+)
+
 // setSeparator joins the lock names of a set in its path and its
 // canonical name ("a,b"); lock names cannot contain it.
 const setSeparator = ","
 
 func lockKind(m *lease.Manager) kind {
-	return kind{prefix: locks, noun: "lock", api: m, list: m.List}
+	return kind{prefix: locks, noun: lockNoun, api: m, list: m.List}
 }
 
 func semaphoreKind(m *lease.Manager) kind {
-	return kind{prefix: semaphores, noun: "semaphore", api: m.Semaphores(), list: m.Semaphores().List, permits: true}
+	return kind{prefix: semaphores, noun: semaphoreNoun, api: m.Semaphores(), list: m.Semaphores().List, permits: true}
 }
 
 func rwlockKind(m *lease.Manager) kind {
-	return kind{prefix: rwlocks, noun: "read/write lock", api: m.RWLocks(), list: m.RWLocks().List, mode: true}
+	return kind{prefix: rwlocks, noun: rwlockNoun, api: m.RWLocks(), list: m.RWLocks().List, mode: true}
 }
 
 func locksetKind(m *lease.Manager) kind {
-	return kind{prefix: locksets, noun: "lock set", api: m.LockSets(), list: m.LockSets().List}
+	return kind{prefix: locksets, noun: locksetNoun, api: m.LockSets(), list: m.LockSets().List}
 }
