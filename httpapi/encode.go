@@ -281,7 +281,8 @@ type leaseBody struct {
 	AcquiredAt     time.Time `json:"acquired_at"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	ValidUntil     time.Time `json:"valid_until"`
-	Fence          int64     `json:"fence,omitempty"`
+	// Fence is present for every lease that has one of its own (fenceOf).
+	Fence *int64 `json:"fence,omitempty"`
 	// MaxHoldAt is when the lease ends whatever the caller does.
 	MaxHoldAt *time.Time `json:"max_hold_at,omitempty"`
 	// Permits and Slot describe a semaphore's permit (absent for a lock).
@@ -310,13 +311,24 @@ func leaseJSON(in lease.Info) leaseBody {
 		AcquiredAt:     in.AcquiredAt.UTC(),
 		LeaseExpiresAt: in.LeaseExpiresAt.UTC(),
 		ValidUntil:     in.ValidUntil.UTC(),
-		Fence:          in.Fence,
+		Fence:          fenceOf(in),
 		MaxHoldAt:      optionalTime(in.MaxHoldAt),
 		Permits:        in.Permits,
 		Slot:           in.Slot,
 		Mode:           in.Mode,
 		Locks:          setLocksJSON(in.Locks),
 	}
+}
+
+// fenceOf is a lease's fence, always present for a lease that has one of
+// its own, a lock, a permit or a writer (0 with SIDELOCK_FENCING off: the
+// spec's FencedGrant requires it); absent for a reader and a lock set,
+// which have none (a set's locks carry theirs).
+func fenceOf(in lease.Info) *int64 {
+	if in.Mode == lease.ModeShared || len(in.Locks) > 0 {
+		return nil
+	}
+	return &in.Fence
 }
 
 // setLocksJSON is a lock set's locks (nil for every other lease).
