@@ -55,8 +55,10 @@ run:
 ## test: formatting, vet, and every test with the race detector, against real redis-server processes.
 test: redis-server check-fmt vet test-unit test-load bench-smoke fuzz-smoke chaos-ci test-deploy $(TEST_MORE)
 
-# test-unit leaves ./clients to clients-test (mk/clients.mk), which requires python3 and node.
+# test-unit leaves ./clients to clients-test (mk/clients.mk), which requires python3 and node; the
+# README's walkthrough (TestReadmeWalkthrough) runs with curl.
 test-unit:
+	$(call need-deb,curl,curl)
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list $(PKGS) | grep -v '/clients$$')
 	cd $(TOOLS) && $(GO) test -race -count=1 -timeout 5m $(TOOLS_UNIT)
 
