@@ -15,7 +15,7 @@ GOLANGCI := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(G
 # the product's go.mod; its targets run inside it, with paths relative to it. TOOLS_UNIT are its
 # quick unit tests (test-unit); its benchmarks run in bench-smoke, bench and scale-sim.
 TOOLS := tools
-TOOLS_UNIT := ./scale-model ./report ./scale ./benchread ./release
+TOOLS_UNIT := ./scale-model ./report ./scale ./benchread ./floor/... ./release
 # Each mk/*.mk owns one area's targets (release and image, spec, clients, monitoring); a target that
 # belongs in `make test` adds itself to TEST_MORE there.
 TEST_MORE :=

@@ -78,19 +78,8 @@ func (c problemCode) typeURI() string { return problemTypeBase + string(c) }
 // parameter (lease.ParamError): each has its own, invalid_request being
 // the code of a parameter without one.
 func paramCode(param string) problemCode {
-	switch param {
-	case lease.ParamTTL:
-		return codeInvalidTTL
-	case lease.ParamWait:
-		return codeInvalidWait
-	case lease.ParamMaxHold:
-		return codeInvalidMaxHold
-	case lease.ParamOwner:
-		return codeInvalidOwner
-	case lease.ParamPermits:
-		return codeInvalidPermits
-	case lease.ParamMode:
-		return codeInvalidMode
+	if p, ok := paramNamed(param); ok {
+		return p.code
 	}
 	return codeInvalidRequest
 }
@@ -223,29 +212,30 @@ func problemFor(err error) problem {
 // answers whose words depend on the kind (lock_held's) name the kind asked
 // for, and that kind alone.
 type kindError struct {
-	noun string // the kind's (kinds.go)
-	err  error
+	prefix string // the kind's path prefix (kinds.go)
+	err    error
 }
 
 func (e *kindError) Error() string { return e.err.Error() }
 func (e *kindError) Unwrap() error { return e.err }
 
-// refusedFor marks err as the refusal of an acquisition of the kind noun.
-func refusedFor(noun string, err error) error { return &kindError{noun: noun, err: err} }
+// refusedFor marks err as the refusal of an acquisition of the kind whose
+// paths begin with prefix.
+func refusedFor(prefix string, err error) error { return &kindError{prefix: prefix, err: err} }
 
 // heldDetail is lock_held's detail for the kind the request asked for.
 func heldDetail(err error) string {
 	var kind *kindError
-	noun := lockNoun
+	prefix := locks
 	if errors.As(err, &kind) {
-		noun = kind.noun
+		prefix = kind.prefix
 	}
-	switch noun {
-	case semaphoreNoun:
+	switch prefix {
+	case semaphores:
 		return "every permit of the semaphore is held"
-	case rwlockNoun:
+	case rwlocks:
 		return "the read/write lock is held the other way: a writer holds or awaits it, or readers hold it"
-	case locksetNoun:
+	case locksets:
 		return "a lock of the set is held by another owner; none of the set was taken"
 	default:
 		return "the lock is held by another owner"

@@ -20,12 +20,13 @@ type leaseAPI interface {
 // kind is one kind of lease the API serves under a path of its own, with
 // the same list, acquire, extend, release and events routes.
 type kind struct {
-	prefix  string // of every path naming one ("/locks/"), see routes.go
-	noun    string // what refusals call one ("lock")
-	api     leaseAPI
-	list    func() []lease.Info // this sidecar's live leases of the kind
-	permits bool                // an acquisition names a semaphore's permits
-	mode    bool                // an acquisition takes a read/write lock's mode
+	prefix string // of every path naming one ("/locks/"), see routes.go
+	api    leaseAPI
+	list   func() []lease.Info // this sidecar's live leases of the kind
+	// defaultMode is the mode of an acquisition that names none: a
+	// read/write lock's writer, as flock's default. Which kind takes
+	// permits or a mode is lease's to say (its Acquire refuses the others).
+	defaultMode lease.Mode
 }
 
 // The path prefixes of the kinds.
@@ -36,30 +37,22 @@ const (
 	locksets   = "/locksets/"
 )
 
-// The nouns of the kinds, in refusals and in lock_held's detail (encode.go).
-const (
-	lockNoun      = "lock"
-	semaphoreNoun = "semaphore"
-	rwlockNoun    = "read/write lock"
-	locksetNoun   = "lock set"
-)
-
 // setSeparator joins the lock names of a set in its path and its
 // canonical name ("a,b"); lock names cannot contain it.
 const setSeparator = ","
 
 func lockKind(m *lease.Manager) kind {
-	return kind{prefix: locks, noun: lockNoun, api: m, list: m.List}
+	return kind{prefix: locks, api: m, list: m.List}
 }
 
 func semaphoreKind(m *lease.Manager) kind {
-	return kind{prefix: semaphores, noun: semaphoreNoun, api: m.Semaphores(), list: m.Semaphores().List, permits: true}
+	return kind{prefix: semaphores, api: m.Semaphores(), list: m.Semaphores().List}
 }
 
 func rwlockKind(m *lease.Manager) kind {
-	return kind{prefix: rwlocks, noun: rwlockNoun, api: m.RWLocks(), list: m.RWLocks().List, mode: true}
+	return kind{prefix: rwlocks, api: m.RWLocks(), list: m.RWLocks().List, defaultMode: lease.ModeExclusive}
 }
 
 func locksetKind(m *lease.Manager) kind {
-	return kind{prefix: locksets, noun: locksetNoun, api: m.LockSets(), list: m.LockSets().List}
+	return kind{prefix: locksets, api: m.LockSets(), list: m.LockSets().List}
 }

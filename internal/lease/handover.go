@@ -118,11 +118,11 @@ func (m *Manager) handOverTargetLocked(l *lease) (*queue, *waiter) {
 	if !ok {
 		return nil, nil
 	}
-	if m.closing || l.set != nil || l.target().kind() != KindLock || len(q.waiters) == 0 || q.handOvers >= maxHandOvers {
+	if m.closing || l.set != nil || l.kind != KindLock || len(q.waiters) == 0 || q.handOvers >= maxHandOvers {
 		return q, nil
 	}
 	w := q.waiters[0]
-	if w.left || w.req.target().kind() != KindLock || w.req.token != "" || len(w.handed) > 0 {
+	if w.left || w.req.kind != KindLock || w.req.token != "" || len(w.handed) > 0 {
 		return q, nil // a lock set's lock (its token is the set's) is taken by the set
 	}
 	return q, w

@@ -56,6 +56,16 @@ type HeldError struct {
 	// majority to be free, if the holder stops renewing; 0 when unknown
 	// (a split vote: retry after a short random back-off).
 	RetryAfter time.Duration
+	// Idle (Take only): the holder only lingers on the key (nobody holds
+	// the lock) and was asked to let go, within IdleFor: wait for the
+	// release announcement (at most IdleFor) and try again.
+	Idle    bool
+	IdleFor time.Duration
+	// ByMark (Take only): the key was free on some master, but an older
+	// waiter of another sidecar has a live mark there.
+	ByMark bool
+	// Oldest (Take only) is the oldest live mark of another sidecar seen.
+	Oldest WaiterMark
 }
 
 func (e *HeldError) Error() string { return ErrLockHeld.Error() }
@@ -104,6 +114,14 @@ type Holder struct {
 	Value      string    // that value ("" when not held)
 	ValidUntil time.Time // until when that majority holds it
 	Fence      int64     // the holder's fence, when fencing is on
+	// Recorded: a holder record of that value named the holder (see
+	// tenure.go): Fence is its fence, Grant and Owner name it, and Idle
+	// says that nobody holds the lock (its sidecar only lingers on the
+	// key). Without a record, the holder is named by the value and Fence
+	// is the counter (a key an older sidecar took).
+	Recorded     bool
+	Grant, Owner string
+	Idle         bool
 }
 
 // Locker runs Redlock over a fixed set of masters. It is safe for
@@ -301,8 +319,10 @@ func (l *Locker) Release(ctx context.Context, key, value string) error {
 // those that did not answer, and then it answers ErrNoQuorum (neither
 // held nor free can be told).
 func (l *Locker) Inspect(ctx context.Context, key string) (Holder, error) {
+	if l.allTenureNodes() {
+		return l.inspectHolders(ctx, key)
+	}
 	start := l.now()
-	values := make([]string, len(l.nodes))
 	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
 		if f, ok := n.(Fencer); ok && l.fencing {
 			v, ttl, fence, err := f.GetFenced(ctx, key, FenceKey(key))
@@ -311,9 +331,14 @@ func (l *Locker) Inspect(ctx context.Context, key string) (Holder, error) {
 		v, ttl, err := n.Get(ctx, key)
 		return reply{ok: err == nil, ttl: ttl, err: err, value: v}
 	})
+	return l.judgeInspect(replies, start)
+}
+
+// judgeInspect is the verdict on an inspection round (replies carry the
+// values, ttls and counters read).
+func (l *Locker) judgeInspect(replies []reply, start time.Time) (Holder, error) {
 	answered := 0
-	for i, r := range replies {
-		values[i] = r.value
+	for _, r := range replies {
 		if r.err == nil {
 			answered++
 		}

@@ -36,7 +36,8 @@ func redsyncFor(b *testing.B, nodes []redlock.Node) *redsync.Redsync {
 }
 
 // BenchmarkUncontended is one caller's acquire+release: sidelock over
-// HTTP (fencing on, as shipped, and off) beside redsync in-process.
+// HTTP (fencing on, as shipped, and off) beside the floor program over
+// HTTP (floor_test.go) and redsync in-process.
 func BenchmarkUncontended(b *testing.B) {
 	for _, n := range []int{1, 3, 5} {
 		nodes := redisMasters(b, n)
@@ -48,6 +49,15 @@ func BenchmarkUncontended(b *testing.B) {
 			b.Run(fmt.Sprintf("masters=%d/sidelock-unix", n), func(b *testing.B) {
 				client, base := newUnixSidecar(b, nodes)
 				uncontendedHTTP(b, client, base)
+			})
+		}
+		b.Run(fmt.Sprintf("masters=%d/floor", n), func(b *testing.B) { uncontendedHTTP(b, tcpClient(), newFloor(b, nodes).URL) })
+		if n == 3 {
+			// The platform below the floor: its HTTP exchange alone, its Redis calls alone.
+			b.Run("masters=3/nethttp", func(b *testing.B) { uncontendedHTTP(b, tcpClient(), newHTTPOnly(b).URL) })
+			b.Run("masters=3/goredis", func(b *testing.B) { goredisPairs(b, nodes) })
+			b.Run("masters=3/floor-release-after", func(b *testing.B) {
+				uncontendedHTTP(b, tcpClient(), newFloorReleasingAfter(b, nodes).URL)
 			})
 		}
 		b.Run(fmt.Sprintf("masters=%d/redsync", n), func(b *testing.B) {
@@ -99,17 +109,24 @@ func BenchmarkThroughput(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		nodes := redisMasters(b, n)
 		srv := newSidecar(b, nodes)
+		floorSrv := newFloor(b, nodes)
 		rs := redsyncFor(b, nodes)
 		for _, callers := range []int{16, 64} {
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: callers}}
 			b.Run(fmt.Sprintf("masters=%d/callers=%d/sidelock", n, callers), func(b *testing.B) {
-				parallelPairs(b, callers, func(worker, i int) {
+				parallelPairs(b, nodes, callers, func(worker, i int) {
 					pairHTTP(b, client, srv.URL, fmt.Sprintf("tp/%d/%d", worker, i%64))
 				})
 				reportErrors(b)
 			})
+			b.Run(fmt.Sprintf("masters=%d/callers=%d/floor", n, callers), func(b *testing.B) {
+				parallelPairs(b, nodes, callers, func(worker, i int) {
+					pairHTTP(b, client, floorSrv.URL, fmt.Sprintf("tp/%d/%d", worker, i%64))
+				})
+				reportErrors(b)
+			})
 			b.Run(fmt.Sprintf("masters=%d/callers=%d/redsync", n, callers), func(b *testing.B) {
-				parallelPairs(b, callers, func(worker, i int) {
+				parallelPairs(b, nodes, callers, func(worker, i int) {
 					m := rs.NewMutex(fmt.Sprintf("rstp/%d/%d", worker, i%64), redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
 					if err := m.Lock(); err != nil {
 						b.Fatal(err)
@@ -124,10 +141,11 @@ func BenchmarkThroughput(b *testing.B) {
 }
 
 // parallelPairs runs b.N pairs over a fixed number of callers and reports
-// pairs per second.
-func parallelPairs(b *testing.B, callers int, pair func(worker, i int)) {
+// pairs per second, and the masters' CPU per pair (INFO cpu, summed).
+func parallelPairs(b *testing.B, nodes []redlock.Node, callers int, pair func(worker, i int)) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	redis0 := redisCPUSeconds(b, nodes)
 	b.ResetTimer()
 	start := time.Now()
 	for w := range callers {
@@ -143,6 +161,8 @@ func parallelPairs(b *testing.B, callers int, pair func(worker, i int)) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+	b.StopTimer()
+	b.ReportMetric((redisCPUSeconds(b, nodes)-redis0)*1e6/float64(b.N), "redis-cpu-µs/pair")
 }
 
 // cpuSeconds is this process's user+system CPU time.

@@ -24,25 +24,28 @@ import (
 //     beside it as client-cpu-µs/pair) is not in it.
 //   - redsync: the library in-process; its CPU is this process's
 //     (getrusage), the loop around it included, as a library's user pays it.
+//   - floor-process and nethttp-process: the floor program (floor_test.go)
+//     and its routes with no Redis, measured as sidelock-process is;
+//     goredis: the floor's scripts through go-redis in-process, no HTTP.
 //
-// Both report the masters' CPU per pair (INFO cpu, summed over the three).
+// All report the masters' CPU per pair (INFO cpu, summed over the three).
 // Each side's idle background (health rounds, Redis's cron) is in its
 // figures: a pod pays it too.
 func BenchmarkCPUPerPair(b *testing.B) {
 	nodes := redisMasters(b, 3)
 	b.Run("masters=3/sidelock-process", func(b *testing.B) {
 		s := startBinary(b, sidecarBinary(b), addrsOf(nodes), cpuSidecarEnv...)
-		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-		base := s.API()
-		sidecar0, client0, redis0 := processCPUSeconds(b, s.Pid()), cpuSeconds(), redisCPUSeconds(b, nodes)
-		for i := 0; b.Loop(); i++ {
-			pairHTTP(b, client, base, fmt.Sprintf("cpu/%d", i%1024))
-		}
-		pairs := float64(b.N)
-		b.ReportMetric((processCPUSeconds(b, s.Pid())-sidecar0)*1e6/pairs, "sidecar-cpu-µs/pair")
-		b.ReportMetric((cpuSeconds()-client0)*1e6/pairs, "client-cpu-µs/pair")
-		b.ReportMetric((redisCPUSeconds(b, nodes)-redis0)*1e6/pairs, "redis-cpu-µs/pair")
-		reportErrors(b)
+		processPairs(b, nodes, s.Pid(), s.API())
+	})
+	// The floor program (floor_test.go), and the HTTP exchange alone
+	// (no Redis): the platform's share of the sidecar's CPU.
+	b.Run("masters=3/floor-process", func(b *testing.B) {
+		pid, base := startFloor(b, addrsOf(nodes))
+		processPairs(b, nodes, pid, base)
+	})
+	b.Run("masters=3/nethttp-process", func(b *testing.B) {
+		pid, base := startFloor(b, nil)
+		processPairs(b, nodes, pid, base)
 	})
 	b.Run("masters=3/redsync", func(b *testing.B) {
 		rs := redsyncFor(b, nodes)
@@ -60,6 +63,36 @@ func BenchmarkCPUPerPair(b *testing.B) {
 		b.ReportMetric((cpuSeconds()-client0)*1e6/pairs, "client-cpu-µs/pair")
 		b.ReportMetric((redisCPUSeconds(b, nodes)-redis0)*1e6/pairs, "redis-cpu-µs/pair")
 	})
+	// go-redis alone: the floor's scripts with no HTTP, in this process.
+	b.Run("masters=3/goredis", func(b *testing.B) {
+		client0, redis0 := cpuSeconds(), redisCPUSeconds(b, nodes)
+		goredisPairs(b, nodes)
+		pairs := float64(b.N)
+		b.ReportMetric((cpuSeconds()-client0)*1e6/pairs, "client-cpu-µs/pair")
+		b.ReportMetric((redisCPUSeconds(b, nodes)-redis0)*1e6/pairs, "redis-cpu-µs/pair")
+	})
+}
+
+// processPairs drives one sequential caller's pairs over HTTP at base,
+// served by the process pid, and reports that process's CPU per pair
+// (the HTTP client's, this process's, beside it), the masters' and the
+// pairs' latency.
+func processPairs(b *testing.B, nodes []redlock.Node, pid int, base string) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	lat := make(latencies, 0, b.N)
+	sidecar0, client0, redis0 := processCPUSeconds(b, pid), cpuSeconds(), redisCPUSeconds(b, nodes)
+	for i := 0; b.Loop(); i++ {
+		start := time.Now()
+		if pairHTTP(b, client, base, fmt.Sprintf("cpu/%d", i%1024)) {
+			lat = append(lat, time.Since(start))
+		}
+	}
+	pairs := float64(b.N)
+	b.ReportMetric((processCPUSeconds(b, pid)-sidecar0)*1e6/pairs, "sidecar-cpu-µs/pair")
+	b.ReportMetric((cpuSeconds()-client0)*1e6/pairs, "client-cpu-µs/pair")
+	b.ReportMetric((redisCPUSeconds(b, nodes)-redis0)*1e6/pairs, "redis-cpu-µs/pair")
+	lat.report(b)
+	reportErrors(b)
 }
 
 // cpuSidecarEnv is the shipped configuration but for a short key ttl: the

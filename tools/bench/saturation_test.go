@@ -33,7 +33,7 @@ func BenchmarkSaturatedTryOnce(b *testing.B) {
 			srv := saturatedSidecar(b, nodes, retry)
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 			var refused atomic.Int64
-			parallelPairs(b, 64, func(worker, i int) {
+			parallelPairs(b, nodes, 64, func(worker, i int) {
 				name := fmt.Sprintf("sat/%v/%d/%d", retry, worker, i)
 				res, err := client.Post(srv.URL+"/locks/"+name+"?ttl=10s", "", nil)
 				if err != nil {

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -86,7 +87,39 @@ var targets = []target{
 	{"process start to /readyz 200", figure("SidecarIdleRSS", "start-to-ready-ms"), true, 100, "ms"},
 	{"static binary (-trimpath -s -w)", figure("SidecarIdleRSS", "binary-MB"), true, 20, "MB"},
 	{"errors (unexpected answers, transport errors) in all benchmarks, all runs", errorsSum, true, 0, ""},
+
+	// Issue 30: against the floor program (tools/floor: the thinnest sidecar
+	// of this design on the same platform, same scripts), and its targets.
+	{"issue 30: sidecar process CPU per pair, 3 masters, one sequential caller: sidelock / floor program", ratio(cpu("sidelock-process"), sidecarCPU, cpu("floor-process"), sidecarCPU), true, 1.25, "×"},
+	{"issue 30: uncontended pair p50, 3 masters: sidelock / floor program (both over HTTP, in-process)", ratio(unc(3, "sidelock"), "p50-µs", unc(3, "floor"), "p50-µs"), true, 1.15, "×"},
+	{"  same, 1 master", ratio(unc(1, "sidelock"), "p50-µs", unc(1, "floor"), "p50-µs"), true, 1.15, "×"},
+	{"issue 30: uncontended pair p50, 3 masters: sidelock / redsync in-process", ratio(unc(3, "sidelock"), "p50-µs", unc(3, "redsync"), "p50-µs"), true, 1, "×"},
+	{"issue 30: throughput, 64 callers, 3 masters: sidelock / redsync", ratio(tp64("sidelock"), "pairs/s", tp64("redsync"), "pairs/s"), false, 1.5, "×"},
+	{"issue 30: Redis CPU per pair, 64 callers, 3 masters: sidelock / redsync", ratio(tp64("sidelock"), redisCPU, tp64("redsync"), redisCPU), true, 0.75, "×"},
+	{"  the floor program's, for scale: pair p50, 3 masters / redsync's", ratio(unc(3, "floor"), "p50-µs", unc(3, "redsync"), "p50-µs"), true, noBound, "×"},
+	{"  the floor program's: throughput, 64 callers, 3 masters / redsync's", ratio(tp64("floor"), "pairs/s", tp64("redsync"), "pairs/s"), false, noBound, "×"},
+	{"  the floor program's: Redis CPU per pair, 64 callers, 3 masters / redsync's", ratio(tp64("floor"), redisCPU, tp64("redsync"), redisCPU), true, noBound, "×"},
+	{"  the platform: HTTP exchange alone (no Redis) process CPU per pair / floor program's", ratio(cpu("nethttp-process"), sidecarCPU, cpu("floor-process"), sidecarCPU), true, noBound, "×"},
+	{"  the platform: go-redis alone (the floor's scripts, no HTTP) CPU per pair / floor program's", ratio(cpu("goredis"), "client-cpu-µs/pair", cpu("floor-process"), sidecarCPU), true, noBound, "×"},
+	{"  the platform: HTTP exchange alone, pair p50 / floor program's", ratio(unc(3, "nethttp"), "p50-µs", unc(3, "floor"), "p50-µs"), true, noBound, "×"},
+	{"  the platform: go-redis alone, pair p50 / floor program's", ratio(unc(3, "goredis"), "p50-µs", unc(3, "floor"), "p50-µs"), true, noBound, "×"},
+	{"  item 2 at the floor: DELETE answered before its release round, pair p50 / floor program's", ratio(unc(3, "floor-release-after"), "p50-µs", unc(3, "floor"), "p50-µs"), true, noBound, "×"},
 }
+
+// noBound marks a row that puts a figure beside the targets without one
+// of its own.
+var noBound = math.NaN()
+
+// Units and names of the issue 30 rows.
+const (
+	sidecarCPU = "sidecar-cpu-µs/pair"
+	redisCPU   = "redis-cpu-µs/pair"
+)
+
+func cpu(variant string) string { return "CPUPerPair/masters=3/" + variant }
+
+// tp64 is the throughput benchmark of 64 callers on 3 masters.
+func tp64(variant string) string { return "Throughput/masters=3/callers=64/" + variant }
 
 // errorsSum adds up every "errors" value of the run: each benchmark's
 // count in each of its repetitions, since an error in any counts.
@@ -160,6 +193,10 @@ func write(w io.Writer, r results) {
 		v, raw, ok := t.compute(r)
 		if !ok {
 			fmt.Fprintf(w, "| %s | not measured | | | |\n", t.what)
+			continue
+		}
+		if math.IsNaN(t.bound) {
+			fmt.Fprintf(w, "| %s | %s | | — | %s |\n", t.what, withUnit(v, t.unit), raw)
 			continue
 		}
 		met := (t.atMost && v <= t.bound) || (!t.atMost && v >= t.bound)

@@ -54,8 +54,12 @@ type Node struct {
 	server           server                           // see ServerInfo
 }
 
-// watcher is one WatchReleases registration; its address is its identity.
-type watcher struct{ notify func() }
+// watcher is one WatchReleases (notify) or WatchMessages (message)
+// registration; its address is its identity.
+type watcher struct {
+	notify  func()
+	message func(payload string)
+}
 
 type entry struct {
 	value     string
@@ -162,33 +166,53 @@ func (n *Node) releaseThen(ctx context.Context, key, value string, also func(now
 		return false, err
 	}
 	n.mu.Lock()
-	now := n.now()
+	released, notify := n.releaseLocked(key, value, n.now(), also)
+	n.mu.Unlock()
+	// Outside the lock, so notify may call cancel or use the node.
+	for _, f := range notify {
+		f()
+	}
+	return released, nil
+}
+
+// releaseLocked is releaseThen's step; it returns the announcements to
+// make once n.mu is released. The caller holds n.mu.
+func (n *Node) releaseLocked(key, value string, now time.Time, also func(now time.Time)) (bool, []func()) {
 	held, ok := n.lookup(key, now)
 	if !ok || held.value != value {
-		n.mu.Unlock()
 		return false, nil
 	}
 	delete(n.entries, key)
 	if also != nil {
 		also(now)
 	}
-	notify := make([]func(), 0, len(n.watchers[key]))
-	for w := range n.watchers[key] {
-		notify = append(notify, w.notify)
-	}
-	n.mu.Unlock()
-	// Outside the lock, so notify may call cancel or use the node.
-	for _, f := range notify {
-		f()
-	}
-	return true, nil
+	return true, n.publishLocked(key, "released")
 }
 
 // WatchReleases implements redlock.ReleaseWatcher. Like the Redis node it
 // announces only a Release that deleted key, never an expiry; notify runs
 // on the releasing goroutine before Release returns.
 func (n *Node) WatchReleases(key string, notify func()) (cancel func()) {
-	w := &watcher{notify: notify}
+	return n.watchChannel(key, &watcher{notify: notify})
+}
+
+// publishLocked returns the calls that deliver payload to the watchers of
+// channel; the caller makes them once it has released n.mu, so a watcher
+// may call cancel or use the node. The caller holds n.mu.
+func (n *Node) publishLocked(channel, payload string) []func() {
+	calls := make([]func(), 0, len(n.watchers[channel]))
+	for w := range n.watchers[channel] {
+		if w.message != nil {
+			calls = append(calls, func() { w.message(payload) })
+		} else {
+			calls = append(calls, w.notify)
+		}
+	}
+	return calls
+}
+
+// watchChannel registers w on the channel (a key's, for releases).
+func (n *Node) watchChannel(key string, w *watcher) (cancel func()) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.watchers == nil {

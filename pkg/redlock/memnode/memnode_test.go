@@ -21,6 +21,7 @@ var (
 	_ redlock.BatchExtender  = (*Node)(nil)
 	_ redlock.Fencer         = (*Node)(nil)
 	_ redlock.OneRoundFencer = (*Node)(nil)
+	_ redlock.TenureNode     = (*Node)(nil)
 	_ redlock.RWNode         = (*Node)(nil)
 )
 

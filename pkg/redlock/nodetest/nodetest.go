@@ -97,8 +97,22 @@ func Run(t *testing.T, newNode func(t *testing.T) redlock.Node) {
 		{"FenceProposalWithdrawn", testFenceProposalWithdrawn},
 		// Skipped for nodes that do not implement redlock.HandOverer.
 		{"HandOver", testHandOver},
+		// Skipped for nodes that do not implement redlock.TenureNode.
+		{"TenureTakeReservesABlock", testTenureTakeReservesABlock},
+		{"TenureTakeAtOnce", testTenureTakeAtOnce},
+		{"TenureCommit", testTenureCommit},
+		{"TenureRefusalLeavesAMark", testTenureRefusalLeavesAMark},
+		{"TenureMarkRule", testTenureMarkRule},
+		{"TenureHandOver", testTenureHandOver},
+		{"TenureIdleHolder", testTenureIdleHolder},
+		{"TenureNote", testTenureNote},
+		{"TenureRelease", testTenureRelease},
+		{"TenureUnfenced", testTenureUnfenced},
 		// Skipped for nodes that do not implement redlock.BatchExtender.
 		{"ExtendManyIsExtendForEach", testExtendMany},
+		// Skipped for nodes that do not implement redlock.BatchReleaser or BatchProposer.
+		{"ReleaseManyIsReleaseForEach", testReleaseMany},
+		{"AcquireProposedManyIsAcquireProposedForEach", testAcquireProposedMany},
 		// Skipped for nodes that do not implement redlock.MemberRecorder.
 		{"MembersRecorded", testMembersRecorded},
 		{"MembersTwoListsLive", testMembersTwoListsLive},

@@ -42,9 +42,22 @@ type releases struct {
 	wg      sync.WaitGroup
 }
 
-// watcher is one WatchReleases registration; its address is its identity,
-// so the same notify func may be registered twice.
-type watcher struct{ notify func() }
+// watcher is one WatchReleases (notify) or WatchMessages (message)
+// registration; its address is its identity, so the same func may be
+// registered twice.
+type watcher struct {
+	notify  func()
+	message func(payload string)
+}
+
+// deliver calls the watcher for one message.
+func (w *watcher) deliver(payload string) {
+	if w.message != nil {
+		w.message(payload)
+		return
+	}
+	w.notify()
+}
 
 // WatchReleases implements redlock.ReleaseWatcher: notify is called (on the
 // Node's delivery goroutine, one call at a time) each time a Release on this
@@ -57,9 +70,12 @@ type watcher struct{ notify func() }
 // watched key; releases in between are lost, which is why watchers must
 // also poll. After Close, WatchReleases returns a no-op cancel.
 func (n *Node) WatchReleases(key string, notify func()) (cancel func()) {
-	r := &n.releases
-	w := &watcher{notify: notify}
+	return n.watchChannel(key, &watcher{notify: notify})
+}
 
+// watchChannel registers w on the channel (a key's, for releases).
+func (n *Node) watchChannel(key string, w *watcher) (cancel func()) {
+	r := &n.releases
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -129,17 +145,17 @@ func (r *releases) markDirty(key string) {
 // deliver calls the watchers of each announced key until the PubSub closes.
 func (r *releases) deliver(msgs <-chan *redis.Message) {
 	defer r.wg.Done()
-	var notify []func()
+	var notify []*watcher
 	for msg := range msgs {
 		r.mu.Lock()
 		notify = notify[:0]
 		for w := range r.watchers[msg.Channel] {
-			notify = append(notify, w.notify)
+			notify = append(notify, w)
 		}
 		r.mu.Unlock()
 		// Outside the lock, so notify may call cancel or WatchReleases.
-		for _, f := range notify {
-			f()
+		for _, w := range notify {
+			w.deliver(msg.Payload)
 		}
 	}
 }
