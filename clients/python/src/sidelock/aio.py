@@ -22,8 +22,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, Lis
 from .client import (Base, Names, acquire_query, lock_path, lockset_path, problem_error, rwlock_path,
                      semaphore_path)
 from .errors import LeaseGone, LockHeld, Overloaded, SidelockError, Unavailable, Unreachable
-from .keep import (LeaseView, expiry_reason, first_lease, heartbeat_interval, held_event, retry_delay,
-                   seconds_left)
+from .keep import Beats, LeaseView, expiry_reason, first_lease, held_event, seconds_left
 from .models import Change, Lease, LockSetStatus, Mode, RWLockStatus, SemaphoreStatus, Status
 from .sse import Event, EventParser
 from .times import Duration, go_duration, seconds
@@ -506,22 +505,16 @@ class AsyncHeartbeatLock(AsyncKeptLock):
             pass  # it had ended already: nothing to give up
 
     async def _beat(self) -> None:
-        delay = heartbeat_interval(self._lease)
-        while True:
-            await asyncio.sleep(delay)
-            left = seconds_left(self._lease)
-            if left <= 0:
-                self._mark_lost(expiry_reason(self._lease))
-                return
+        beats = Beats(self._lease)
+        while await _pause(beats.pause) and (timeout := beats.due()) is not None:
             try:
-                self._lease = await self._client._extend(self._path, self.token, timeout=left)
-            except LeaseGone:
-                self._mark_lost("lease_gone")
-                return
-            except SidelockError:
-                delay = retry_delay(delay, left)
-                continue
-            delay = heartbeat_interval(self._lease)
+                self._lease = await self._client._extend(self._path, self.token, timeout=timeout)
+                beats.renewed(self._lease)
+            except SidelockError as e:
+                beats.lost = beats.failed(e)
+                if beats.lost:
+                    break
+        self._mark_lost(beats.lost or "expired")
 
 
 class AsyncHeldLock(AsyncKeptLock):
@@ -578,6 +571,12 @@ class AsyncHeldLock(AsyncKeptLock):
             self._mark_lost("disconnected")
         finally:
             self._answer.conn.close()
+
+
+async def _pause(seconds: float) -> bool:
+    """Sleeps, then True: a loop's condition that waits first."""
+    await asyncio.sleep(seconds)
+    return True
 
 
 async def _next_event(answer: _Answer, parser: EventParser) -> Optional[Event]:

@@ -50,6 +50,35 @@ def retry_delay(last: float, left: float) -> float:
     return max(min(last, left / 3), MIN_HEARTBEAT)
 
 
+class Beats:
+    """The heartbeats of one lease, decided here for the blocking and the
+    asyncio keepers alike: ``pause`` before the next one; ``due()`` the
+    timeout it has (None once valid_until passed: ``lost`` says why); then
+    ``renewed(lease)`` or ``failed(error)`` (a reason when it is lost)."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.pause = heartbeat_interval(lease)
+        self.lost: Optional[str] = None
+        self._left = 0.0
+
+    def due(self) -> Optional[float]:
+        self._left = seconds_left(self.lease)
+        if self._left <= 0:
+            self.lost = expiry_reason(self.lease)
+            return None
+        return self._left
+
+    def renewed(self, lease: Lease) -> None:
+        self.lease, self.pause = lease, heartbeat_interval(lease)
+
+    def failed(self, error: SidelockError) -> Optional[str]:
+        if isinstance(error, LeaseGone):
+            return "lease_gone"
+        self.pause = retry_delay(self.pause, self._left)  # sooner, until valid_until
+        return None
+
+
 def held_event(lease: Lease, event: Event) -> Tuple[Lease, Optional[str]]:
     """What one event of a held stream does to its lease: the lease with a
     renewed valid_until, and the reason it was lost (None while held)."""
@@ -224,22 +253,20 @@ class HeartbeatLock(KeptLock):
             pass  # it had ended already: nothing to give up
 
     def _beat(self) -> None:
-        delay = heartbeat_interval(self.lease)
-        while not self._stop.wait(delay):
-            left = seconds_left(self.lease)
-            if left <= 0:
-                self._mark_lost(expiry_reason(self.lease))
-                return
+        beats = Beats(self.lease)
+        while not self._stop.wait(beats.pause):
+            timeout = beats.due()
+            if timeout is None:
+                return self._mark_lost(beats.lost or "expired")
             try:
-                lease = self._client._extend(self._path, self.token, timeout=left)
-            except LeaseGone:
-                self._mark_lost("lease_gone")
-                return
-            except SidelockError:
-                delay = retry_delay(delay, left)
+                lease = self._client._extend(self._path, self.token, timeout=timeout)
+            except SidelockError as e:
+                lost = beats.failed(e)
+                if lost:
+                    return self._mark_lost(lost)
                 continue
             self._set_lease(lease)
-            delay = heartbeat_interval(lease)
+            beats.renewed(lease)
 
 
 class HeldLock(KeptLock):
