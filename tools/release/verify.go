@@ -102,7 +102,7 @@ func (a artifacts) binaryArchive(name string, run bool) error {
 	if err := os.WriteFile(path, bin, 0o755); err != nil {
 		return err
 	}
-	defer os.Remove(path)
+	defer func() { _ = os.Remove(path) }()
 	out, err := exec.Command(path, "version").Output()
 	if err != nil {
 		return fmt.Errorf("sidelock version: %w", err)
@@ -126,7 +126,7 @@ func (a artifacts) chartArchive(name string) error {
 	for field, want := range map[string]string{"version": a.version.SemVer(), "appVersion": a.version.Tag()} {
 		m := regexp.MustCompile(`(?m)^` + field + `: "?([^"\s]+)"?$`).FindStringSubmatch(chart)
 		if m == nil || m[1] != want {
-			return fmt.Errorf("Chart.yaml %s is %v, want %s", field, m, want)
+			return fmt.Errorf("the chart's %s is %v, want %s", field, m, want)
 		}
 	}
 	return nil
@@ -318,7 +318,7 @@ func readTarGz(path string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	gz, err := gzip.NewReader(f)
 	if err != nil {
 		return nil, err
@@ -350,7 +350,7 @@ func readZip(path string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer z.Close()
+	defer func() { _ = z.Close() }()
 	files := map[string][]byte{}
 	for _, f := range z.File {
 		r, err := f.Open()
