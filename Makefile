@@ -63,9 +63,11 @@ test-unit:
 	cd $(TOOLS) && $(GO) test -race -count=1 -timeout 5m $(TOOLS_UNIT)
 
 # test-load runs the tests that judge the sidecar's own speed under a burst (overload answered 429, never
-# no_quorum; heartbeats kept): without the race detector, which slows the sidecar about tenfold.
+# no_quorum; heartbeats kept) and under a CPU quota (no healthy master called down): without the race
+# detector, which slows the sidecar about tenfold.
 test-load:
 	$(GO) test -count=1 -timeout 5m -run 'TestBurstOfTryOnceIsOverloadNotNoQuorum|TestMastersDownIsNoQuorumNotOverload' ./httpapi
+	$(GO) test -count=1 -timeout 5m -run '^TestStarvedSidecarCallsNoHealthyMasterDown$$' ./cmd/sidelock
 
 # bench-smoke runs every benchmark of tools/bench once so they keep working; figures come from `make bench`.
 # -short cuts their measurement windows and settling pauses to a tenth (tools/bench: measured).

@@ -17,9 +17,9 @@ import (
 // helpers, on /locksets.
 
 // setAPI serves the lock API over real masters, with a node timeout that
-// a busy machine meets (see realAPIWithin).
+// a busy machine meets (see realAPI).
 func setAPI(t *testing.T, masters []*redistest.Server) *httptest.Server {
-	return realAPIWithin(t, masters, nil, time.Second)
+	return realAPI(t, masters, nil)
 }
 
 // setGrant is a lock set's lease body.

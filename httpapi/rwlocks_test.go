@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/sidelock/sidelock/internal/redistest"
 )
@@ -17,9 +16,9 @@ import (
 // helpers, on /rwlocks.
 
 // rwAPI serves the lock API over real masters, with a node timeout that a
-// busy machine meets (see realAPIWithin).
+// busy machine meets (see realAPI).
 func rwAPI(t *testing.T, masters []*redistest.Server) *httptest.Server {
-	return realAPIWithin(t, masters, nil, time.Second)
+	return realAPI(t, masters, nil)
 }
 
 // side is the part of a read/write lock's lease body these tests read.

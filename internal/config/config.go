@@ -60,6 +60,7 @@ type Config struct {
 	FenceRetention    time.Duration `envconfig:"FENCE_RETENTION"`
 	HealthInterval    time.Duration `envconfig:"HEALTH_INTERVAL"`
 	HealthInfoMaxAge  time.Duration `envconfig:"HEALTH_INFO_MAX_AGE"`
+	HealthDownAfter   time.Duration `envconfig:"HEALTH_DOWN_AFTER"`
 	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT"`
 	LogFormat         string        `envconfig:"LOG_FORMAT"`
 	LogLevel          string        `envconfig:"LOG_LEVEL"`

@@ -255,6 +255,14 @@ var settings = indexFields([]Setting{
 			"rounds within it only ping (0: read it every round)",
 		Why:   " (0: every round)",
 		Chart: "sidecar.config.healthInfoMaxAge"},
+	// A stall of the sidecar or of its machine misses pings of healthy
+	// masters; above a minute a master that hangs would stay "up" too long.
+	{Env: "SIDELOCK_HEALTH_DOWN_AFTER", Default: time.Second, Min: atLeast(time.Duration(0)), Max: atMost(time.Minute),
+		Doc: "how long a master's pings must go unanswered (each within SIDELOCK_NODE_TIMEOUT) before it is called down for /readyz " +
+			"and try-once acquires; meanwhile it is pinged every quarter of this (at least 100ms); a refused connection or an error reply " +
+			"calls it down at once; lock calls count only the answers that come in time, whatever it says (0: at the first missed ping)",
+		Why:   " (0: at the first missed ping)",
+		Chart: "sidecar.config.healthDownAfter"},
 	{Env: "SIDELOCK_SHUTDOWN_TIMEOUT", Default: 5 * time.Second, Min: above(time.Duration(0)),
 		Doc:   "bound on ending held leases (their keys are left to lapse at the valid_until promised) and closing the listeners at shutdown",
 		Chart: "sidecar.config.shutdownTimeout"},

@@ -96,6 +96,8 @@ func (c *Checker) learn(i int, o observation, now time.Time) {
 	m := &c.guards.nodes[i]
 	m.restarted, m.infoErr = false, nil
 	switch {
+	case o.missed: // its verdict stands, but it may restart unseen: as down
+		m.unverified = true
 	case !o.state.Up:
 		m.unverified = true
 	case o.current: // pinged; the last info still holds

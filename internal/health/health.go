@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -175,6 +176,17 @@ type Config struct {
 	// pkg/redlock/starvation). A master that did not answer in time during a
 	// starved round is not judged by that round (see repeatInconclusive).
 	StarvedDuring func() (starved func() bool)
+
+	// DownAfter is the window of a master that stops answering in time:
+	// it is called down once its rounds have timed out for DownAfter with
+	// no answer between, not at the first missed ping (a stall of this
+	// sidecar or of the machine misses pings of healthy masters). Until
+	// then it keeps its last verdict, which holds only over the
+	// connections it was judged with, and rounds come every quarter of
+	// the window (see recheckGap) to settle it. A master that refuses the
+	// connection or answers with an error is judged at once. 0: the first
+	// timeout calls it down.
+	DownAfter time.Duration
 }
 
 // Checker checks the masters of quorum groups. Report is safe for
@@ -203,11 +215,21 @@ type Checker struct {
 	// lastConclusive is, per master, the latest observation a round could
 	// judge it by (guarded by round; ok false before the first).
 	lastConclusive []conclusive
+	// settling: the last round left a master's timeouts within DownAfter,
+	// so Run rechecks sooner than the interval (guarded by round).
+	settling bool
+
+	// noQuorumSince is when the rounds began to find no quorum (guarded by
+	// mu; zero while ready, and before the first round).
+	noQuorumSince time.Time
 }
 
 type conclusive struct {
 	obs observation
 	ok  bool
+	// failingSince is when the master's rounds began to time out, while
+	// that has not yet lasted DownAfter (zero otherwise).
+	failingSince time.Time
 }
 
 // member places a master: index is its position in groups[group].Nodes(),
@@ -229,6 +251,9 @@ func New(groups []*redlock.Locker, cfg Config) (*Checker, error) {
 	}
 	if cfg.InfoMaxAge < 0 {
 		return nil, errors.New("health: the server info's maximum age must not be negative")
+	}
+	if cfg.DownAfter < 0 {
+		return nil, errors.New("health: the window before a master is called down must not be negative")
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
@@ -272,24 +297,56 @@ func New(groups []*redlock.Locker, cfg Config) (*Checker, error) {
 // drops the connection) costs at most ten rounds a second, not a loop.
 const wakeGap = 100 * time.Millisecond
 
-// Run checks at once, then every interval and whenever Wake asks, until
-// ctx ends.
+// Run checks at once, then every interval, whenever Wake asks, and every
+// recheckGap while a master's timeouts are within DownAfter, until ctx
+// ends.
 func (c *Checker) Run(ctx context.Context) {
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
 	for {
 		last := time.Now()
 		c.Check(ctx)
-		select {
-		case <-ctx.Done():
+		if !c.waitForRound(ctx, t.C, last) {
 			return
-		case <-t.C:
-		case <-c.wake:
-			if !ctxsleep.For(ctx, time.Until(last.Add(wakeGap))) {
-				return
-			}
 		}
 	}
+}
+
+// waitForRound waits for the next round's time: the interval's tick, a
+// recheck while a master's timeouts are settling, or a Wake (at least
+// wakeGap after the round that started at last). It reports whether ctx
+// is still live.
+func (c *Checker) waitForRound(ctx context.Context, tick <-chan time.Time, last time.Time) bool {
+	var recheck <-chan time.Time
+	if c.isSettling() {
+		r := time.NewTimer(c.recheckGap())
+		defer r.Stop()
+		recheck = r.C
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tick:
+	case <-recheck:
+	case <-c.wake:
+		return ctxsleep.For(ctx, time.Until(last.Add(wakeGap)))
+	}
+	return true
+}
+
+// recheckGap is the pause between rounds while a master's timeouts are
+// within DownAfter: a quarter of it, so that a master that stays silent
+// is called down after about four more rounds, and one that answers again
+// is cleared at the next; never less than wakeGap, nor more than the
+// interval.
+func (c *Checker) recheckGap() time.Duration {
+	return min(max(c.cfg.DownAfter/4, wakeGap), c.cfg.Interval)
+}
+
+func (c *Checker) isSettling() bool {
+	c.round.Lock()
+	defer c.round.Unlock()
+	return c.settling
 }
 
 // Veto keeps every master of group g (its index in the groups given to
@@ -348,14 +405,10 @@ func (c *Checker) Check(ctx context.Context) Report {
 	for i, n := range c.nodes {
 		current, openedAtInfo := c.infoCurrent(i, now)
 		returning := c.guards.nodes[i].unverified
-		wg.Go(func() {
-			conns := connectionsOpened(n)
-			obs[i] = c.observe(ctx, n, current, openedAtInfo, returning)
-			obs[i].judgedAt = conns
-		})
+		wg.Go(func() { obs[i] = c.observeJudged(ctx, n, current, openedAtInfo, returning) })
 	}
 	wg.Wait()
-	c.repeatInconclusive(obs, starved())
+	c.repeatInconclusive(obs, starved(), now)
 	states, events := c.judge(obs)
 	for i, s := range states {
 		c.setEligibility(i, c.eligibilityOf(i, s, obs[i].judgedAt))
@@ -365,6 +418,12 @@ func (c *Checker) Check(ctx context.Context) Report {
 	c.mu.Lock()
 	prev := c.last
 	c.last = r
+	switch {
+	case r.Ready:
+		c.noQuorumSince = time.Time{}
+	case c.noQuorumSince.IsZero():
+		c.noQuorumSince = now
+	}
 	c.mu.Unlock()
 	if c.cfg.OnChange != nil && changed(prev, r) {
 		c.cfg.OnChange(prev, r)
@@ -373,24 +432,75 @@ func (c *Checker) Check(ctx context.Context) Report {
 }
 
 // repeatInconclusive replaces the observation of a master that did not
-// answer in time while this sidecar was starved of CPU with the latest
-// conclusive one. Such a round says nothing about the master (its answer
-// may be sitting unread), and a sidecar too busy to read answers must not
-// mark every master down: under a burst of requests that turned healthy
-// masters into "no quorum" and cost held locks their renewals. The
-// repeated observation keeps its judgedAt, so connections opened since
-// (a master that restarted meanwhile) are still not counted until a
-// conclusive round judges them. A master that refuses connections, or
-// times out while this sidecar is not starved, is judged as always.
-func (c *Checker) repeatInconclusive(obs []observation, starved bool) {
+// answer in time, when that says nothing yet, with the latest conclusive
+// one:
+//
+//   - while this sidecar was starved of CPU: its answer may be sitting
+//     unread, and a sidecar too busy to read answers must not mark every
+//     master down (under a burst of requests that turned healthy masters
+//     into "no quorum" and cost held locks their renewals);
+//   - while its timeouts have lasted less than DownAfter: a stall of this
+//     sidecar or of its machine that the scheduler's latencies do not show
+//     (the whole process descheduled, a CPU quota spent) looks exactly like
+//     a master that stopped answering, until it lasts.
+//
+// The repeated observation keeps its judgedAt, so connections opened
+// since (a master that restarted meanwhile) are still not counted until a
+// conclusive round judges them; and a master repeated for the second reason
+// is marked as one that missed a round (see learn), as before the window.
+// A master that refuses connections or answers with an error, one whose
+// timeouts have lasted DownAfter, and one that was down already are judged
+// as always.
+func (c *Checker) repeatInconclusive(obs []observation, starved bool, now time.Time) {
+	c.settling = false
 	for i := range obs {
 		last := &c.lastConclusive[i]
-		if starved && obs[i].state.timedOut && last.ok {
-			obs[i] = last.obs
-			continue
+		if obs[i].state.timedOut && last.ok && last.obs.state.Up {
+			if starved { // neither starts nor ends the window
+				obs[i] = last.obs
+				c.settling = c.settling || !last.failingSince.IsZero()
+				continue
+			}
+			if last.failingSince.IsZero() {
+				last.failingSince = now
+			}
+			if now.Sub(last.failingSince) < c.cfg.DownAfter {
+				obs[i] = c.pending(last, obs[i].state, now)
+				c.settling = true
+				continue
+			}
 		}
 		*last = conclusive{obs: obs[i], ok: true}
 	}
+}
+
+// pending is the observation that stands in for a timeout within
+// DownAfter: the last conclusive one, which missed a round, with the
+// timeout as its error (the master still counts as up).
+func (c *Checker) pending(last *conclusive, timedOut NodeState, now time.Time) observation {
+	o := last.obs
+	o.missed = true
+	o.state.Error = fmt.Sprintf("%s (no answer in time for %v; called down after %v)",
+		timedOut.Error, now.Sub(last.failingSince).Round(time.Millisecond), c.cfg.DownAfter)
+	return o
+}
+
+// observeJudged observes n and notes the connections the observation
+// vouches for: those opened before it. When the observation itself had to
+// open one (a call that timed out dropped the connection it used, which
+// lock calls do under a CPU stall as well), the answer came over a
+// connection it cannot vouch for, so it reads the server info once more,
+// over connections all opened before: one round then judges a reconnected
+// master instead of two, and lock calls count its answers again sooner.
+func (c *Checker) observeJudged(ctx context.Context, n redlock.Node, current bool, openedAtInfo uint64, returning bool) observation {
+	conns := connectionsOpened(n)
+	o := c.observe(ctx, n, current, openedAtInfo, returning)
+	if again := connectionsOpened(n); o.state.Up && again != conns {
+		conns = again
+		o = c.observe(ctx, n, false, 0, returning)
+	}
+	o.judgedAt = conns
+	return o
 }
 
 // connectionsOpened is n's connection count, 0 for nodes that keep none.
@@ -403,11 +513,15 @@ func connectionsOpened(n redlock.Node) uint64 {
 
 // eligibilityOf is the verdict handed to the lockers on master i. It holds
 // only over the connections opened before this round observed the master
-// (judgedAt), unless a restart could not cost it keys (durable, or no
-// restart guard), in which case any connection will do.
+// (judgedAt), and those known to reach the server it last described (its
+// run id: redlock.ServerTracker), unless a restart could not cost it keys
+// (durable, or no restart guard), in which case any connection will do.
 func (c *Checker) eligibilityOf(i int, s NodeState, judgedAt uint64) redlock.Eligibility {
 	m := &c.guards.nodes[i]
 	e := redlock.Eligibility{Eligible: s.Eligible, JudgedAt: judgedAt, AnyConnection: !c.restartProbation(m.last), Why: s.Problem}
+	if m.last != nil {
+		e.RunID = m.last.RunID
+	}
 	if s.ProbationRemaining > 0 {
 		e.Until = m.probationUntil
 	}
@@ -424,6 +538,9 @@ type observation struct {
 	opened   uint64              // connections opened before info was read
 	current  bool                // info not read: the last one still holds
 	err      error               // why info was not read, for a reader that is up
+	// missed: the master timed out, within DownAfter; this is its last
+	// conclusive observation standing in (see repeatInconclusive).
+	missed bool
 }
 
 // infoCurrent reports whether master i's last server info still holds,
@@ -527,6 +644,17 @@ func schedulerStarvation(timeout time.Duration) func() func() bool {
 func timedOut(ctx context.Context, err error) bool {
 	var netErr net.Error
 	return errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || errors.As(err, &netErr) && netErr.Timeout()
+}
+
+// QuorumLost reports whether the rounds have found no quorum for at least
+// one interval: an outage the checks have settled, on which a try-once
+// acquire may fail at once (lease.Config.QuorumUp), unlike a verdict
+// younger than one round, which a lock call's own round may still refute.
+// False before the first round.
+func (c *Checker) QuorumLost() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return !c.last.Ready && !c.noQuorumSince.IsZero() && c.cfg.Now().Sub(c.noQuorumSince) >= c.cfg.Interval
 }
 
 // Report returns the last round's result (not ready before the first).

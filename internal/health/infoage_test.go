@@ -75,6 +75,11 @@ func TestRoundsPingWhileTheServerInfoIsCurrent(t *testing.T) {
 	if r := f.check(); eligible(r) != "EEE" || f.nodes[0].reads() != "1/1" {
 		t.Fatalf("first round: %+v", r)
 	}
+	// The verdict names the server it judged, for connections opened
+	// since (redlock.ServerTracker).
+	if v, r := f.quorum.Verdict(0), f.checker.Report(); v.RunID == "" || v.RunID != r.Nodes[0].RunID {
+		t.Fatalf("verdict on run id %q, report %q", v.RunID, r.Nodes[0].RunID)
+	}
 	for range 4 {
 		r := f.round()
 		if got := f.nodes[0].reads(); got != "0/1" || eligible(r) != "EEE" {
@@ -109,7 +114,9 @@ func TestANewConnectionMakesTheRoundReadTheServerInfo(t *testing.T) {
 }
 
 // The ping of a round finds the pooled connection broken and opens one:
-// the same round reads the info and catches the restart.
+// the same round reads the info and catches the restart, and reads it once
+// more over connections all opened before, so that its verdict covers the
+// new connection (a later round need not judge it again).
 func TestAPingThatReconnectsReadsTheServerInfoInTheSameRound(t *testing.T) {
 	f := newAgeFixture(t, 3, health.Config{RestartGuard: guard, InfoMaxAge: time.Hour})
 	f.check()
@@ -118,11 +125,14 @@ func TestAPingThatReconnectsReadsTheServerInfoInTheSameRound(t *testing.T) {
 	f.mem[0].Restart()
 	f.nodes[0].redialOnPing.Store(true)
 	r := f.round()
-	if got := f.nodes[0].reads(); got != "1/1" {
-		t.Fatalf("infos/pings %s, want a ping then the info", got)
+	if got := f.nodes[0].reads(); got != "2/1" {
+		t.Fatalf("infos/pings %s, want a ping, then the info twice", got)
 	}
 	if eligible(r) != "-EE" || !strings.Contains(r.Nodes[0].Problem, "restarted") {
 		t.Fatalf("after a restart found by the ping: %+v", r.Nodes[0])
+	}
+	if judged := f.quorum.Verdict(0).JudgedAt; judged != 1 {
+		t.Fatalf("the verdict covers the connections up to %d, want 1 (the one the ping opened)", judged)
 	}
 	if f.round(); f.nodes[0].reads() != "0/1" {
 		t.Fatal("the round after the re-read does not go back to pinging")

@@ -31,7 +31,7 @@ type realFixture struct {
 
 func newRealFixture(t *testing.T, keyTTL time.Duration, tune func(*lease.Config)) *realFixture {
 	t.Helper()
-	return newRealFixtureWith(t, keyTTL, 50*time.Millisecond, nil, tune)
+	return newRealFixtureWith(t, keyTTL, redistest.NodeTimeoutFor(keyTTL), nil, tune)
 }
 
 // newRealFixtureWith is newRealFixture with the masters' node timeout, and
@@ -78,7 +78,7 @@ func newRealFixtureOn(t *testing.T, f *realFixture, keyTTL time.Duration) *lease
 	for i, s := range f.servers {
 		addrs[i] = s.Addr()
 	}
-	return managerOver(t, keyTTL, 50*time.Millisecond, addrs...)
+	return managerOver(t, keyTTL, redistest.NodeTimeoutFor(keyTTL), addrs...)
 }
 
 // managerOver is a sidecar's Manager over the masters at addrs.

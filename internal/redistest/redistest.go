@@ -30,6 +30,30 @@ import (
 	"time"
 )
 
+// NodeTimeout is how long a test lets one call to a master started here
+// take (redlock.Config.NodeTimeout; a sidecar run by internal/sidecartest
+// gets it as SIDELOCK_NODE_TIMEOUT) when what it checks is not how fast
+// masters answer: the shipped 50ms is for a master on a host of its own,
+// while these share two cores with the test, the sidecar, other test
+// packages and, in CI, other work, and a master kept from the CPU that
+// long tests the machine, not the product. It is a tenth of the default
+// SIDELOCK_KEY_TTL, the most that setting allows (TestNodeTimeoutFitsTheDefaultKeyTTL
+// in internal/sidecartest keeps it so).
+// Tests of what the shipped timing promises (a burst answered 429, a
+// starved sidecar) set 50ms themselves.
+const NodeTimeout = time.Second
+
+// nodeTimeoutsPerKeyTTL: a node timeout may be at most a tenth of the key
+// ttl (SIDELOCK_NODE_TIMEOUT's rule in internal/config), so that renewals,
+// every third of the key ttl, fit.
+const nodeTimeoutsPerKeyTTL = 10
+
+// NodeTimeoutFor is NodeTimeout for a test that puts keyTTL on the masters:
+// at most a tenth of it, as a sidecar's settings require.
+func NodeTimeoutFor(keyTTL time.Duration) time.Duration {
+	return min(NodeTimeout, keyTTL/nodeTimeoutsPerKeyTTL)
+}
+
 const (
 	// readyTimeout bounds how long a server may take to answer PING. Redis
 	// starts in milliseconds; the slack is for busy CI machines running -race.

@@ -148,7 +148,7 @@ func (c *Core) newLeases(locker lease.Locker) (*lease.Manager, error) {
 	lc := lease.Config{
 		KeyPrefix: c.cfg.KeyPrefix, KeyTTL: c.cfg.KeyTTL, DefaultTTL: c.cfg.DefaultTTL,
 		MaxTTL: c.cfg.MaxTTL, MaxWait: c.cfg.MaxWait, MaxHold: c.cfg.MaxHold, MaxLocks: c.cfg.MaxLocks, MaxWaiters: c.cfg.MaxWaiters, MaxWaitersPerName: c.cfg.MaxWaitersPerName,
-		NoQuorumRetry: c.cfg.NoQuorumRetry, QuorumUp: func() bool { return c.checker.Report().Ready }, Observer: obs, Logger: c.log,
+		NoQuorumRetry: c.cfg.NoQuorumRetry, QuorumUp: func() bool { return !c.checker.QuorumLost() }, Observer: obs, Logger: c.log,
 		// Leases start and end only once the API serves, after c.watches
 		// is set.
 		Changed: func(name string) { c.watches.Changed(name) },
@@ -175,7 +175,8 @@ func (c *Core) newChecker(ctx context.Context) error {
 	}
 	var err error
 	c.checker, err = health.New(c.groups, health.Config{
-		Interval: c.cfg.HealthInterval, InfoMaxAge: c.cfg.HealthInfoMaxAge, Timeout: c.cfg.NodeTimeout, OnChange: changed,
+		Interval: c.cfg.HealthInterval, InfoMaxAge: c.cfg.HealthInfoMaxAge, DownAfter: c.cfg.HealthDownAfter,
+		Timeout: c.cfg.NodeTimeout, OnChange: changed,
 		RestartGuard: guard, MastersPersistent: c.cfg.MastersPersistent, Fencing: c.cfg.Fencing, Logger: c.log,
 		ReadyPolicy: health.ReadyPolicy(c.cfg.ReadyPolicy),
 	})

@@ -5,6 +5,11 @@
 // internal/redistest; what a harness measures or checks stays in the
 // harness. It is imported only from _test files, from this module and the
 // modules nested in it (tools, test/spec, test/deploy, test/container).
+//
+// Timing suited to a shared machine: unless the environment a test gives
+// sets SIDELOCK_NODE_TIMEOUT, the sidecar gets redistest.NodeTimeout, or a
+// tenth of the test's SIDELOCK_KEY_TTL when that is less (see TestEnv). A
+// test that judges the shipped timing sets the node timeout itself.
 package sidecartest
 
 import (
@@ -23,6 +28,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sidelock/sidelock/internal/redistest"
 )
 
 const (
@@ -121,9 +128,10 @@ func Start(t testing.TB, bin string, env []string, opts Options) *Process {
 	return p
 }
 
-// Launch starts the process with env, its whole environment, plus
-// SIDELOCK_LISTEN_ADDR and SIDELOCK_ADMIN_ADDR last (so that no variable of
-// env moves a listener off its port), and waits until its ReadyPath
+// Launch starts the process with env, its whole environment, plus the
+// test timing (TestEnv) and SIDELOCK_LISTEN_ADDR and SIDELOCK_ADMIN_ADDR
+// last (so that no variable of env moves a listener off its port), and
+// waits until its ReadyPath
 // answers 200. The first Launch picks free ports, again when the sidecar
 // finds one taken; later ones keep them, so clients reconnect to the same
 // place. On failure the process is killed and the error ends with the log's
@@ -158,7 +166,7 @@ func (p *Process) launchOnce(env []string, logMode int) error {
 		return err
 	}
 	cmd := exec.Command(p.bin, p.opts.Args...)
-	cmd.Env = append(slices.Clip(env), "SIDELOCK_LISTEN_ADDR="+p.apiAddr, "SIDELOCK_ADMIN_ADDR="+p.adminAddr)
+	cmd.Env = append(TestEnv(env), "SIDELOCK_LISTEN_ADDR="+p.apiAddr, "SIDELOCK_ADMIN_ADDR="+p.adminAddr)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = dieWithParent()
 	if err := cmd.Start(); err != nil {
@@ -189,6 +197,33 @@ func (p *Process) waitReady(run *incarnation) error {
 		return fmt.Errorf("%s not 200 within %v", path, within)
 	}
 	return nil
+}
+
+const (
+	envNodeTimeout = "SIDELOCK_NODE_TIMEOUT"
+	envKeyTTL      = "SIDELOCK_KEY_TTL"
+)
+
+// TestEnv is env with the node timeout a test on a shared machine needs
+// (redistest.NodeTimeout, or NodeTimeoutFor env's SIDELOCK_KEY_TTL) added
+// unless env sets SIDELOCK_NODE_TIMEOUT: a sidecar whose masters share the
+// machine's two cores with the test and other test packages must not take
+// a master kept from the CPU for 50ms for a failed one. Launch applies it;
+// a harness that runs the binary itself calls it.
+func TestEnv(env []string) []string {
+	timeout := redistest.NodeTimeout
+	for _, kv := range env {
+		name, value, _ := strings.Cut(kv, "=")
+		switch name {
+		case envNodeTimeout:
+			return slices.Clip(env)
+		case envKeyTTL:
+			if ttl, err := time.ParseDuration(value); err == nil {
+				timeout = redistest.NodeTimeoutFor(ttl)
+			}
+		}
+	}
+	return append(slices.Clip(env), envNodeTimeout+"="+timeout.String())
 }
 
 // WaitOK polls GET url until it answers 200 (nil), the process whose

@@ -30,6 +30,11 @@ type Eligibility struct {
 	// AnyConnection drops that condition, for masters a restart cannot
 	// empty (durable ones) or when no guard keeps restarted masters out.
 	AnyConnection bool
+	// RunID is the server the verdict was made of, when known: answers
+	// over connections opened since JudgedAt count too when the node
+	// (a ServerTracker) saw each of them reach this very server, which
+	// cannot have restarted behind them.
+	RunID string
 	// Why says why an ineligible master does not count, and Until when it
 	// is expected to count again (zero when unknown), for error messages
 	// and retry hints.
@@ -72,10 +77,17 @@ func (l *Locker) counted(i int) error {
 	if !e.Eligible {
 		return &IneligibleError{Why: e.Why, Until: e.Until}
 	}
-	if c, ok := l.nodes[i].(ConnectionCounter); ok && !e.AnyConnection && c.ConnectionsOpened() != e.JudgedAt {
+	if c, ok := l.nodes[i].(ConnectionCounter); ok && !e.AnyConnection && c.ConnectionsOpened() != e.JudgedAt && !sameServer(c, e) {
 		return errUnjudgedConnection
 	}
 	return nil
+}
+
+// sameServer reports whether every connection node c opened since e was
+// judged reached the server e judged.
+func sameServer(c ConnectionCounter, e *Eligibility) bool {
+	t, ok := c.(ServerTracker)
+	return ok && e.RunID != "" && t.ReachedSince(e.JudgedAt, e.RunID)
 }
 
 // IneligibleError takes the place of the answer of a master that a safety

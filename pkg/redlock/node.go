@@ -110,6 +110,20 @@ type ConnectionCounter interface {
 	ConnectionsOpened() uint64
 }
 
+// ServerTracker is implemented by connection counters that also learn, as
+// they open each connection, which server process answers it: its run id,
+// as ServerInfo reports it. A restart changes the run id, so a guard's
+// verdict on a server (Eligibility.RunID) holds over new connections that
+// reached that same server: a connection dropped by a timed-out call and
+// opened again needs no health round before its answers count.
+type ServerTracker interface {
+	ConnectionCounter
+	// ReachedSince reports whether every connection opened after the
+	// first since ones is known to have reached the server runID (false
+	// for an empty runID, or one the node could not read).
+	ReachedSince(since uint64, runID string) bool
+}
+
 // Fencer is implemented by nodes that keep fence counters; both shipped
 // nodes do, and a Locker with fencing on requires it of every node. A
 // node keeps one counter per lock, at a fence key of its own.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -414,6 +415,57 @@ func TestAnswersOverAnUnjudgedConnectionDoNotCount(t *testing.T) {
 	mem[0].Release(context.Background(), "k", "A")
 	if _, err := l.Acquire(context.Background(), "k", "B", time.Minute); err != nil {
 		t.Fatalf("after the round judged it: %v", err)
+	}
+}
+
+// trackingNode is a countingNode that also knows which server each of its
+// connections reached (redlock.ServerTracker), as redisnode does.
+type trackingNode struct {
+	countingNode
+	servers []string // servers[k-1]: the run id connection k reached
+}
+
+func (n *trackingNode) connect(runID string) {
+	n.reconnect()
+	n.servers = append(n.servers, runID)
+}
+
+func (n *trackingNode) ReachedSince(since uint64, runID string) bool {
+	for _, r := range n.servers[since:] {
+		if r != runID {
+			return false
+		}
+	}
+	return runID != ""
+}
+
+// A connection dropped and dialled again to the server the verdict judged
+// (its run id) needs no new verdict: only a restart changes the run id, and
+// a connection to another server, or to one whose run id is unknown, still
+// waits for a round.
+func TestAnswersOverANewConnectionToTheJudgedServerCount(t *testing.T) {
+	mem, _ := masters(3)
+	nodes := make([]redlock.Node, 3)
+	tracking := make([]*trackingNode, 3)
+	for i, m := range mem {
+		tracking[i] = &trackingNode{countingNode: countingNode{Node: m}}
+		tracking[i].connect("server-" + strconv.Itoa(i))
+		nodes[i] = tracking[i]
+	}
+	l := newLocker(t, nodes)
+	for i := range nodes {
+		l.SetEligibility(i, redlock.Eligibility{Eligible: true, JudgedAt: 1, RunID: "server-" + strconv.Itoa(i)})
+	}
+	tracking[0].connect("server-0")
+	tracking[1].connect("server-1")
+	if _, err := l.Acquire(context.Background(), "k", "A", time.Minute); err != nil {
+		t.Fatalf("after reconnects to the judged servers: %v", err)
+	}
+	tracking[1].connect("server-1-restarted")
+	tracking[2].connect("")
+	_, err := l.Acquire(context.Background(), "k2", "B", time.Minute)
+	if !errors.Is(err, redlock.ErrNoQuorum) || !strings.Contains(err.Error(), "2 answered over a new connection") {
+		t.Fatalf("with new connections to another server and to an unknown one: %v, want no quorum for both", err)
 	}
 }
 

@@ -52,7 +52,7 @@ func startSidecar(t *testing.T, servers []*redistest.Server, persistent bool) *s
 	// Cleanups run last-in first-out: the checks have ended and the
 	// leases with them before the nodes they use are closed.
 	core := inprocess.Start(t, inprocess.Options{Nodes: nodes, Checks: true, RestartGuard: true, Config: func(c *config.Config) {
-		c.KeyPrefix, c.NodeTimeout, c.HealthInterval = "prop:", 50*time.Millisecond, 50*time.Millisecond
+		c.KeyPrefix, c.HealthInterval = "prop:", 50*time.Millisecond
 		c.KeyTTL, c.DefaultTTL, c.RestartGuard, c.MaxWait = keyTTL, keyTTL, keyTTL, time.Minute
 		c.MastersPersistent, c.HealthInfoMaxAge, c.NoQuorumRetry = persistent, 0, 0
 	}})

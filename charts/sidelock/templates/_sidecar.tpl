@@ -101,6 +101,7 @@ port and probes so they cannot drift apart; the lock API stays on loopback.
   "fenceRetention" "SIDELOCK_FENCE_RETENTION"
   "healthInterval" "SIDELOCK_HEALTH_INTERVAL"
   "healthInfoMaxAge" "SIDELOCK_HEALTH_INFO_MAX_AGE"
+  "healthDownAfter" "SIDELOCK_HEALTH_DOWN_AFTER"
   "shutdownTimeout" "SIDELOCK_SHUTDOWN_TIMEOUT"
   "logFormat" "SIDELOCK_LOG_FORMAT"
   "logLevel" "SIDELOCK_LOG_LEVEL"

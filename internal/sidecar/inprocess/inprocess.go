@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/internal/config"
+	"github.com/sidelock/sidelock/internal/redistest"
 	"github.com/sidelock/sidelock/internal/sidecar"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
@@ -28,8 +29,11 @@ type Options struct {
 // Start assembles a sidecar in this process as every sidecar is
 // assembled (sidecar.Assemble: quorum group, health checker, lease
 // manager, watch hub, metrics, handlers), over o.Nodes, with the settings
-// table's defaults as o.Config leaves them. It is closed, its leases
-// ended, when the test ends; the nodes given stay the caller's to close.
+// table's defaults as o.Config leaves them, but for the node timeout: a
+// test that does not choose one gets redistest.NodeTimeoutFor its key ttl,
+// suited to masters that share the machine with the tests. It is closed,
+// its leases ended, when the test ends; the nodes given stay the caller's
+// to close.
 func Start(t testing.TB, o Options) *sidecar.Core {
 	t.Helper()
 	nodes := o.Nodes
@@ -43,8 +47,13 @@ func Start(t testing.TB, o Options) *sidecar.Core {
 	}
 	cfg := config.Defaults()
 	cfg.ShutdownTimeout = 10 * time.Second
+	testTimeout := redistest.NodeTimeoutFor(cfg.KeyTTL)
+	cfg.NodeTimeout = testTimeout
 	if o.Config != nil {
 		o.Config(&cfg)
+	}
+	if cfg.NodeTimeout == testTimeout { // not chosen: fit the test's key ttl
+		cfg.NodeTimeout = redistest.NodeTimeoutFor(cfg.KeyTTL)
 	}
 	opts := []sidecar.Option{sidecar.WithNodes(nodes...)}
 	if !o.RestartGuard {

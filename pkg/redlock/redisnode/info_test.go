@@ -122,3 +122,42 @@ func TestServerInfoIsBoundedByTheContext(t *testing.T) {
 		}
 	}
 }
+
+// A connection dropped and dialled again reaches the same server: the node
+// knows it (redlock.ServerTracker), so a verdict on that server's run id
+// holds over it. After a restart, or from a server that refuses INFO, it
+// does not.
+func TestReconnectionsKnowTheServerTheyReached(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	n := newNode(t, redisnode.Options{Addr: srv.Addr()})
+	runID := serverInfo(t, n).RunID
+	judged := n.ConnectionsOpened()
+	kill := rawClient(t, srv)
+	if err := kill.ClientKillByFilter(t.Context(), "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	serverInfo(t, n) // dials again
+	if n.ConnectionsOpened() == judged {
+		t.Fatal("no new connection after CLIENT KILL")
+	}
+	if !n.ReachedSince(judged, runID) || n.ReachedSince(judged, "another") || n.ReachedSince(judged, "") {
+		t.Fatalf("after a reconnect to %s: reached it %v", runID, n.ReachedSince(judged, runID))
+	}
+	srv.Restart(t)
+	serverInfo(t, n)
+	if n.ReachedSince(judged, runID) {
+		t.Fatal("connections to the restarted server reported as reaching the old one")
+	}
+
+	denied := redistest.Start(t, redistest.WithArgs("--user", "locks", "on", ">secret", "~*", "&*", "+@all", "-info"))
+	d := newNode(t, redisnode.Options{Addr: denied.Addr(), Username: "locks", Password: "secret"})
+	ctx, cancel := context.WithTimeout(t.Context(), infoBudget)
+	defer cancel()
+	if err := d.Ping(ctx); err != nil {
+		t.Fatalf("a master that refuses INFO: %v", err)
+	}
+	if d.ConnectionsOpened() == 0 || d.ReachedSince(0, "") {
+		t.Fatal("a connection of an unknown server reported as known")
+	}
+}

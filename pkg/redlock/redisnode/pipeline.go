@@ -225,10 +225,25 @@ func (p *pipeliner) expired(c *call) error {
 		return err
 	case !sent:
 		return p.unsent(c)
-	case healthy && p.starvedSinceLastSend():
+	case healthy && (p.starvedSinceLastSend() || noticedLate(c.ctx, c.sendTimeout/10)):
 		return fmt.Errorf("%w: the sidecar was starved of CPU while the call was out (%w)", redlock.ErrOverloaded, err)
 	}
 	return err
+}
+
+// noticedLate reports whether ctx's deadline was noticed late by late or
+// more: this process was not running when its timer fell due (descheduled
+// by a busy machine, or its CPU quota spent), which the scheduler's
+// latencies do not show, as no goroutine waited in its run queue
+// meanwhile. The reply may have been sitting unread.
+func noticedLate(ctx context.Context, late time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && lateBy(deadline, late)
+}
+
+// lateBy reports whether it is late or more past due.
+func lateBy(due time.Time, late time.Duration) bool {
+	return late > 0 && time.Since(due) >= late
 }
 
 // sentWhile takes c out of the queue if it is still there, and says
@@ -262,9 +277,9 @@ var errQueuedBehindMaster = fmt.Errorf("%w: queued behind calls the master has n
 // unsent is the error of a call that could not be sent by its sendBy:
 // local overload if the master answered a batch while it waited, or if it
 // answered the latest and none was in flight to wait for or the sidecar was
-// starved of CPU since; else the master's timeout.
+// starved of CPU since (or noticed sendBy late); else the master's timeout.
 func (p *pipeliner) unsent(c *call) error {
-	if p.answers.Load() != c.seen || p.healthy.Load() && (p.inFlight() == 0 || p.starvedSinceLastSend()) {
+	if p.answers.Load() != c.seen || p.healthy.Load() && (p.inFlight() == 0 || p.starvedSinceLastSend() || lateBy(c.sendBy, c.sendTimeout/10)) {
 		return fmt.Errorf("%w: waited %v in the queue for a connection", redlock.ErrOverloaded, time.Since(c.queued).Round(time.Millisecond))
 	}
 	return errQueuedBehindMaster
@@ -410,7 +425,7 @@ func (p *pipeliner) exec(slot int, batch []*call) {
 	case answered:
 		p.answers.Add(1)
 		p.healthy.Store(true)
-	case wasHealthy && p.probe.StarvedSince(base) && blameSidecar(cmds):
+	case wasHealthy && (p.probe.StarvedSince(base) || noticedLate(ctx, lateness(batch))) && blameSidecar(cmds):
 		// A starved batch that only timed out cannot judge the master.
 	default:
 		p.healthy.Store(false)

@@ -27,7 +27,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -132,12 +131,10 @@ type Node struct {
 	subscriber *redis.Client
 	pipe       *pipeliner // every scripted call goes through it
 	releases   releases   // see WatchReleases
-	// opened counts the command connections dialled (see
-	// redlock.ConnectionCounter); the subscription's do not count, as
-	// the health checker never uses it.
-	opened *atomic.Uint64
-	// onConnection is told of every command connection counted.
-	onConnection *atomic.Pointer[func()]
+	// conns counts the command connections dialled and the servers they
+	// reached (redlock.ServerTracker); the subscription's do not count,
+	// as the health checker never uses it.
+	conns *connections
 }
 
 // New returns a Node for the master at opts.Addr. It does not connect: the
@@ -150,17 +147,16 @@ func New(opts Options) *Node {
 	opts.MaxConns = max(opts.MaxConns, DefaultMaxConns)
 	pipelines := opts.MaxConns - 1 // the other one is the regular pool's
 
-	opened, onConnection := new(atomic.Uint64), new(atomic.Pointer[func()])
+	conns := &connections{}
 	commandOpts := clientOptions(opts, opts.ClientName, pipelines)
-	commandOpts.OnConnect = counted(commandOpts.OnConnect, opened, onConnection)
+	commandOpts.OnConnect = conns.onConnect(opts.ClientName)
 	client := redis.NewClient(commandOpts)
 	n := &Node{
-		addr:         opts.Addr,
-		client:       client,
-		subscriber:   redis.NewClient(clientOptions(opts, opts.ClientName+SubscriptionSuffix, pipelines)),
-		pipe:         newPipeliner(client, pipelines),
-		opened:       opened,
-		onConnection: onConnection,
+		addr:       opts.Addr,
+		client:     client,
+		subscriber: redis.NewClient(clientOptions(opts, opts.ClientName+SubscriptionSuffix, pipelines)),
+		pipe:       newPipeliner(client, pipelines),
+		conns:      conns,
 	}
 	n.pipe.setOnQueueWait(opts.OnQueueWait)
 	n.releases.idle = cmp.Or(opts.SubscriptionIdle, DefaultSubscriptionIdle)
@@ -234,37 +230,30 @@ func clientOptions(opts Options, name string, pipelines int) *redis.Options {
 // fails the connection when the server refuses the command: an ACL user
 // without +client could then not lock at all. A refused name is only a
 // loss of observability, so the connection is kept, unnamed; a failure to
-// get any answer still fails the dial.
+// get any answer still fails the dial. Command connections also read
+// which server they reached in the same round trip (connections.onConnect).
 func nameConnection(name string) func(context.Context, *redis.Conn) error {
 	return func(ctx context.Context, cn *redis.Conn) error {
-		err := cn.ClientSetName(ctx, name).Err()
-		var refused redis.Error
-		if errors.As(err, &refused) {
-			return nil
+		if err := cn.ClientSetName(ctx, name).Err(); err != nil && !isRefusal(err) {
+			return err
 		}
-		return err
-	}
-}
-
-// counted counts every connection that reaches onConnect, before it runs,
-// and tells notify: a connection that then fails still counts, which errs
-// towards judging the master again.
-func counted(onConnect func(context.Context, *redis.Conn) error, n *atomic.Uint64, notify *atomic.Pointer[func()]) func(context.Context, *redis.Conn) error {
-	return func(ctx context.Context, cn *redis.Conn) error {
-		n.Add(1)
-		if f := notify.Load(); f != nil {
-			(*f)()
-		}
-		return onConnect(ctx, cn)
+		return nil
 	}
 }
 
 // NotifyConnections implements redlock.ConnectionNotifier.
-func (n *Node) NotifyConnections(f func()) { n.onConnection.Store(&f) }
+func (n *Node) NotifyConnections(f func()) { n.conns.notify.Store(&f) }
 
 // ConnectionsOpened implements redlock.ConnectionCounter: the command
 // connections dialled so far.
-func (n *Node) ConnectionsOpened() uint64 { return n.opened.Load() }
+func (n *Node) ConnectionsOpened() uint64 { return n.conns.opened.Load() }
+
+// ReachedSince implements redlock.ServerTracker.
+func (n *Node) ReachedSince(since uint64, runID string) bool {
+	return n.conns.reachedSince(since, runID)
+}
+
+var _ redlock.ServerTracker = (*Node)(nil)
 
 // Addr returns the master's address as given in Options.
 func (n *Node) Addr() string { return n.addr }
