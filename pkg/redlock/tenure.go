@@ -179,7 +179,10 @@ func (l *Locker) failTake(ctx context.Context, req TakeRequest, replies []reply,
 		if !replies[i].held {
 			continue
 		}
-		held.Idle = held.Idle || a.Idle
+		if a.Idle {
+			held.Idle = true
+			held.IdleOn++
+		}
 		held.IdleFor = max(held.IdleFor, a.IdleTTL)
 		held.ByMark = held.ByMark || a.ByMark
 	}

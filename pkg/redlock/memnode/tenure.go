@@ -145,6 +145,8 @@ func (n *Node) takeLocked(keys TenureKeys, a TakeArgs, now time.Time) (TakeAnswe
 		return TakeAnswer{HolderTTL: oldest.TTL, ByMark: true, Oldest: oldest}, nil
 	}
 	n.store(keys.Key, a.Value, a.TTL, now)
+	delete(marks, a.Mark.Sidecar) // its place in line is taken
+	n.storeMarks(keys.Marks, marks, now)
 	ans := TakeAnswer{Acquired: true, Oldest: oldest}
 	if a.Fencing == fenceNone {
 		n.putRecord(keys.Holder, a.Holder, a.Value, 0, a.Retention, now)

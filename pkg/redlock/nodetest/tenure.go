@@ -226,6 +226,18 @@ func testTenureMarkRule(t *testing.T, s *suite) {
 	if _, err := s.node.Release(s.ctx, s.key, "B"); err != nil {
 		t.Fatal(err)
 	}
+	// Y (150) is younger than s2's mark (100) but older than s3's (200):
+	// it may take the key only if s2's grant took s2's mark away.
+	if got := s.take(t, n, takeArgs("Y", "s9", 150, 4)); !got.Acquired {
+		t.Fatalf("after s2's grant: %+v, want s2's mark gone with the grant", got)
+	}
+	if _, err := s.node.Release(s.ctx, s.key, "Y"); err != nil {
+		t.Fatal(err)
+	}
+	s.take(t, n, b) // s2 holds it again
+	if _, err := s.node.Release(s.ctx, s.key, "B"); err != nil {
+		t.Fatal(err)
+	}
 	if err := n.RemoveMark(s.ctx, s.tkeys(), "s3"); err != nil {
 		t.Fatal(err)
 	}

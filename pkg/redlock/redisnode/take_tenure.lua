@@ -9,6 +9,7 @@
 -- a "wanted" message), sidecar, arrival (µs, on the caller's clock), mark
 -- ttl ms (0: no mark on refusal). "wanted" is published on the holder
 -- record's channel as 'w <arrival> <mark ttl> <reply channel> <key>'.
+-- A grant removes the caller's own mark.
 -- Returns {acquired, holder_pttl, fence, committed, prev, idle, idle_ttl,
 -- by_mark, oldest_arrival, oldest_ttl, oldest_sidecar}: fence is the
 -- committed top, else the floor read.
@@ -69,6 +70,9 @@ if not cur then
 else
 	redis.call('PEXPIRE', key, ttl) -- a retried take
 end
+-- Its place in line is taken: a mark left behind would outlive a tenure
+-- lost with its sidecar and hold a free key back from others.
+redis.call('HDEL', marks_key, sidecar)
 
 if mode == 0 then
 	record_put(holder_key, value, 0, grant, owner, 'held', 0, channel, 0, retention)
