@@ -50,7 +50,7 @@ func TestDurationForms(t *testing.T) {
 	}
 	const overflow = "9999999999999999h" // the pattern's grammar, beyond time.Duration
 	for s, want := range accepted {
-		got, err := duration(lease.ParamWait, (*durationText)(&s))
+		got, err := durationOf(lease.ParamWait, s)
 		if err != nil || got != want {
 			t.Errorf("%q: %v %v, want %v", s, got, err, want)
 		}
@@ -60,7 +60,7 @@ func TestDurationForms(t *testing.T) {
 	}
 	for _, s := range append(refused, overflow) {
 		for _, param := range []string{lease.ParamTTL, lease.ParamWait, lease.ParamMaxHold} {
-			_, err := duration(param, (*durationText)(&s))
+			_, err := durationOf(param, s)
 			var api *apiError
 			if !errors.As(err, &api) || api.code != paramCode(param) {
 				t.Errorf("%s=%q: %v, want the code %s", param, s, err, paramCode(param))
@@ -83,7 +83,7 @@ func FuzzDurationGrammar(f *testing.F) {
 	}
 	pattern := specDurationPattern(f)
 	f.Fuzz(func(t *testing.T, s string) {
-		d, err := duration(lease.ParamMaxHold, (*durationText)(&s))
+		d, err := durationOf(lease.ParamMaxHold, s)
 		if err != nil {
 			var api *apiError
 			if !errors.As(err, &api) || api.code != codeInvalidMaxHold || api.status != 400 {
@@ -109,4 +109,10 @@ func FuzzDurationGrammar(f *testing.F) {
 			}
 		}
 	})
+}
+
+// durationOf is duration for the parameter name.
+func durationOf(name, s string) (time.Duration, error) {
+	p, _ := paramNamed(name)
+	return duration(p, s)
 }

@@ -78,19 +78,8 @@ func (c problemCode) typeURI() string { return problemTypeBase + string(c) }
 // parameter (lease.ParamError): each has its own, invalid_request being
 // the code of a parameter without one.
 func paramCode(param string) problemCode {
-	switch param {
-	case lease.ParamTTL:
-		return codeInvalidTTL
-	case lease.ParamWait:
-		return codeInvalidWait
-	case lease.ParamMaxHold:
-		return codeInvalidMaxHold
-	case lease.ParamOwner:
-		return codeInvalidOwner
-	case lease.ParamPermits:
-		return codeInvalidPermits
-	case lease.ParamMode:
-		return codeInvalidMode
+	if p, ok := paramNamed(param); ok {
+		return p.code
 	}
 	return codeInvalidRequest
 }

@@ -20,12 +20,13 @@ type leaseAPI interface {
 // kind is one kind of lease the API serves under a path of its own, with
 // the same list, acquire, extend, release and events routes.
 type kind struct {
-	prefix  string // of every path naming one ("/locks/"), see routes.go
-	noun    string // what refusals call one ("lock")
-	api     leaseAPI
-	list    func() []lease.Info // this sidecar's live leases of the kind
-	permits bool                // an acquisition names a semaphore's permits
-	mode    bool                // an acquisition takes a read/write lock's mode
+	prefix string // of every path naming one ("/locks/"), see routes.go
+	api    leaseAPI
+	list   func() []lease.Info // this sidecar's live leases of the kind
+	// defaultMode is the mode of an acquisition that names none: a
+	// read/write lock's writer, as flock's default. Which kind takes
+	// permits or a mode is lease's to say (its Acquire refuses the others).
+	defaultMode lease.Mode
 }
 
 // The path prefixes of the kinds.
@@ -41,17 +42,17 @@ const (
 const setSeparator = ","
 
 func lockKind(m *lease.Manager) kind {
-	return kind{prefix: locks, noun: "lock", api: m, list: m.List}
+	return kind{prefix: locks, api: m, list: m.List}
 }
 
 func semaphoreKind(m *lease.Manager) kind {
-	return kind{prefix: semaphores, noun: "semaphore", api: m.Semaphores(), list: m.Semaphores().List, permits: true}
+	return kind{prefix: semaphores, api: m.Semaphores(), list: m.Semaphores().List}
 }
 
 func rwlockKind(m *lease.Manager) kind {
-	return kind{prefix: rwlocks, noun: "read/write lock", api: m.RWLocks(), list: m.RWLocks().List, mode: true}
+	return kind{prefix: rwlocks, api: m.RWLocks(), list: m.RWLocks().List, defaultMode: lease.ModeExclusive}
 }
 
 func locksetKind(m *lease.Manager) kind {
-	return kind{prefix: locksets, noun: "lock set", api: m.LockSets(), list: m.LockSets().List}
+	return kind{prefix: locksets, api: m.LockSets(), list: m.LockSets().List}
 }

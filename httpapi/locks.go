@@ -39,7 +39,7 @@ func handleAcquire(log *slog.Logger, k kind) http.Handler {
 
 func handleExtend(log *slog.Logger, k kind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tr, err := readTokenRequest(r, k, true)
+		tr, err := readTokenRequest(r, k, opExtend)
 		if err != nil {
 			writeError(w, log, err)
 			return
@@ -55,7 +55,7 @@ func handleExtend(log *slog.Logger, k kind) http.Handler {
 
 func handleRelease(log *slog.Logger, k kind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tr, err := readTokenRequest(r, k, false)
+		tr, err := readTokenRequest(r, k, opRelease)
 		if err != nil {
 			writeError(w, log, err)
 			return

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -15,97 +16,170 @@ import (
 	"github.com/sidelock/sidelock/internal/lease"
 )
 
-// lockParams are the parameters a lock request may carry, in the query
-// string or a JSON body (not both for the same parameter).
-type lockParams struct {
-	TTL     *durationText `json:"ttl"`
-	Wait    *durationText `json:"wait"`
-	Owner   *string       `json:"owner"`
-	Token   *string       `json:"token"`
-	Hold    *jsonBool     `json:"hold"`
-	MaxHold *durationText `json:"max_hold"`
-	Permits *intText      `json:"permits"`
-	Mode    *string       `json:"mode"`
+// param is one parameter a lock request may carry, in the query string or
+// a JSON body (not both): its name, what its value may be in a body, the
+// operations that take it, the code a bad value is refused with, and the
+// field of an acquisition's lease.Request it sets (nil: none).
+// lockParamTable is the one list of them: the body's shape, the
+// allow-lists, the refusals and the codes are derived from it, so a new
+// parameter is one row. Which kinds take permits or mode is lease's to
+// say (checkKindFields).
+type param struct {
+	name  string
+	json  jsonType
+	takes op
+	code  problemCode
+	field func(*lease.Request) any
 }
 
-// intText is an integer parameter as sent: the text of a query value, of
-// a JSON number or of a JSON string, parsed by permitsValue.
-type intText string
+var lockParamTable = []param{
+	{lease.ParamTTL, jsonDuration, opAcquire | opExtend, codeInvalidTTL, func(r *lease.Request) any { return &r.TTL }},
+	{lease.ParamWait, jsonDuration, opAcquire, codeInvalidWait, func(r *lease.Request) any { return &r.Wait }},
+	{lease.ParamMaxHold, jsonDuration, opAcquire, codeInvalidMaxHold, func(r *lease.Request) any { return &r.MaxHold }},
+	{lease.ParamOwner, jsonString, opAcquire, codeInvalidOwner, func(r *lease.Request) any { return &r.Owner }},
+	{paramToken, jsonString, opExtend | opRelease | opEvents, codeInvalidToken, nil},
+	{paramHold, jsonBoolean, opAcquire, codeInvalidHold, func(r *lease.Request) any { return &r.Hold }},
+	{lease.ParamPermits, jsonInteger, opAcquire, codeInvalidPermits, func(r *lease.Request) any { return &r.Permits }},
+	{lease.ParamMode, jsonString, opAcquire, codeInvalidMode, func(r *lease.Request) any { return &r.Mode }},
+}
 
-func (n *intText) UnmarshalJSON(data []byte) error {
-	text, err := numberOrString(data, "permits must be an integer")
-	*n = intText(text)
+// setIn parses text, p's value, into its field of req.
+func (p param) setIn(req *lease.Request, text string) (err error) {
+	switch field := p.field(req).(type) {
+	case *time.Duration:
+		*field, err = duration(p, text)
+	case *bool:
+		*field, err = boolValue(p, text)
+	case *int: // permits, the one integer
+		*field, err = permitsValue(text)
+	case *string:
+		*field = text
+	case *lease.Mode:
+		*field = lease.Mode(text)
+	}
 	return err
 }
 
-// numberOrString is a JSON number as written (so that it follows exactly
-// the grammar of its text) or a JSON string's value; anything else is
-// refused with why.
-func numberOrString(data []byte, why string) (string, error) {
-	if len(data) > 0 && (data[0] == '-' || '0' <= data[0] && data[0] <= '9') {
-		return string(data), nil
+// The parameters that are not a lease.Param (the Manager never refuses
+// them by name).
+const (
+	paramToken = "token"
+	paramHold  = "hold"
+)
+
+// paramNamed is the row of the parameter name (ok false: none).
+func paramNamed(name string) (param, bool) {
+	i := slices.IndexFunc(lockParamTable, func(p param) bool { return p.name == name })
+	if i < 0 {
+		return param{}, false
+	}
+	return lockParamTable[i], true
+}
+
+// paramNames lists the parameters op takes (0: every one), in the table's
+// order.
+func paramNames(op op) []string {
+	var names []string
+	for _, p := range lockParamTable {
+		if op == 0 || p.takes&op != 0 {
+			names = append(names, p.name)
+		}
+	}
+	return names
+}
+
+// op is an operation on a lease that takes parameters.
+type op uint8
+
+// Operations.
+const (
+	opAcquire op = 1 << iota // POST
+	opExtend                 // PUT
+	opRelease                // DELETE
+	opEvents                 // GET .../events
+)
+
+func (o op) String() string {
+	switch o {
+	case opAcquire:
+		return "acquire"
+	case opExtend:
+		return "extend"
+	case opRelease:
+		return "release"
+	}
+	return "a lease's events"
+}
+
+// jsonType is what a parameter's value may be in a JSON body. Its text is
+// then what the query string would give: a number as written (so that it
+// follows exactly the grammar of its text), a string's value, a boolean's
+// "true" or "false".
+type jsonType uint8
+
+const (
+	jsonDuration jsonType = iota // a string such as "1m30s", or a number of seconds
+	jsonString                   // a string
+	jsonBoolean                  // true or false (or a string, as in the query)
+	jsonInteger                  // an integer (or a string of one)
+)
+
+func (t jsonType) String() string {
+	switch t {
+	case jsonDuration:
+		return `duration: a string such as "1m30s" or a number of seconds`
+	case jsonBoolean:
+		return "boolean"
+	case jsonInteger:
+		return "integer"
+	}
+	return "string"
+}
+
+// text is the text of a body's value raw for a parameter of type t, or
+// why it is refused.
+func (t jsonType) text(name string, raw []byte) (string, error) {
+	number := len(raw) > 0 && (raw[0] == '-' || '0' <= raw[0] && raw[0] <= '9')
+	var b bool
+	switch {
+	case number && (t == jsonDuration || t == jsonInteger):
+		return string(raw), nil
+	case t == jsonBoolean && json.Unmarshal(raw, &b) == nil:
+		return strconv.FormatBool(b), nil
 	}
 	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return "", errors.New(why)
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", fmt.Errorf("%s must be a %s", name, t)
 	}
 	return s, nil
 }
+
+// lockParams are the parameters of a request as sent, by name: the text
+// of a query value, or of a body's value (jsonType.text).
+type lockParams map[string]string
 
 // maxPermitsDigits bounds the text of permits, well above MaxPermits's.
 const maxPermitsDigits = 4
 
 // permitsValue parses permits: 1 to maxPermitsDigits decimal digits (the
 // Manager checks the range, with the same code).
-func permitsValue(v intText) (int, error) {
-	if !allDigits(string(v), 1, maxPermitsDigits) {
-		return 0, badRequest(codeInvalidPermits, "permits must be an integer within [1, %d], got %q", lease.MaxPermits, truncate(string(v)))
+func permitsValue(v string) (int, error) {
+	if !allDigits(v, 1, maxPermitsDigits) {
+		return 0, badRequest(codeInvalidPermits, "permits must be an integer within [1, %d], got %q", lease.MaxPermits, truncate(v))
 	}
-	n, _ := strconv.Atoi(string(v))
+	n, _ := strconv.Atoi(v)
 	return n, nil
 }
 
-// jsonBool is a boolean parameter: JSON true/false, or in the query (and
-// as a JSON string) "true", "false", "1" or "0".
-type jsonBool string
-
-func (b *jsonBool) UnmarshalJSON(data []byte) error {
-	var v bool
-	if err := json.Unmarshal(data, &v); err == nil {
-		*b = jsonBool(strconv.FormatBool(v))
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return errors.New("hold must be true or false")
-	}
-	*b = jsonBool(s)
-	return nil
-}
-
-// hold parses the optional hold parameter; absent is false.
-func hold(v *jsonBool) (bool, error) {
-	if v == nil {
-		return false, nil
-	}
-	switch *v {
+// boolValue parses a boolean parameter: "true", "false", "1" or "0".
+func boolValue(p param, v string) (bool, error) {
+	switch v {
 	case "true", "1":
 		return true, nil
 	case "false", "0":
 		return false, nil
 	}
-	return false, badRequest(codeInvalidHold, "hold must be true or false, got %q", truncate(string(*v)))
-}
-
-// durationText is a duration parameter as sent, parsed by duration: the
-// text of a query value, of a JSON string or of a JSON number (kept as
-// written, so a JSON number follows exactly the grammar of its text).
-type durationText string
-
-func (d *durationText) UnmarshalJSON(data []byte) error {
-	text, err := numberOrString(data, "ttl, wait and max_hold must be a string or a number of seconds")
-	*d = durationText(text)
-	return err
+	return false, badRequest(p.code, "%s must be true or false, got %q", p.name, truncate(v))
 }
 
 // tokenHeader carries the lease token (preferred: it stays out of URLs and
@@ -160,87 +234,112 @@ func setNameOf(names string) (string, error) {
 }
 
 // readParams merges the query string and the JSON body, rejecting unknown
-// or repeated parameters so a typo never silently takes a default.
-func readParams(r *http.Request) (lockParams, error) {
+// or repeated parameters, so a typo never silently takes a default, and
+// those op does not take.
+func readParams(r *http.Request, op op) (lockParams, error) {
 	fromBody, err := bodyParams(r)
 	if err != nil {
-		return lockParams{}, err
+		return nil, err
 	}
 	fromQuery, err := queryParams(r.URL.RawQuery)
 	if err != nil {
-		return lockParams{}, err
+		return nil, err
 	}
-	return merge(fromQuery, fromBody)
-}
-
-func bodyParams(r *http.Request) (lockParams, error) {
-	var p lockParams
-	raw, err := io.ReadAll(r.Body)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return p, err
+	p := make(lockParams, len(fromQuery)+len(fromBody))
+	for _, row := range lockParamTable {
+		q, inQuery := fromQuery[row.name]
+		b, inBody := fromBody[row.name]
+		switch {
+		case inQuery && inBody:
+			return nil, badRequest(codeInvalidRequest, "%s is given both in the query and the body", row.name)
+		case inQuery:
+			p[row.name] = q
+		case inBody:
+			p[row.name] = b
 		}
-		return p, badRequest(codeInvalidBody, "reading the request body: %v", err)
 	}
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return p, nil
-	}
-	if err := strictObject(raw); err != nil {
-		return p, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return p, badRequest(codeInvalidBody, "%s: %v", bodyShape, err)
+	for _, row := range lockParamTable {
+		if _, given := p[row.name]; given && row.takes&op == 0 {
+			return nil, badRequest(codeInvalidRequest, "%s takes no %s (it takes %s)", op, row.name, strings.Join(paramNames(op), ", "))
+		}
 	}
 	return p, nil
 }
 
-const bodyShape = "the body must be a JSON object with fields ttl, wait, max_hold (durations: strings such as \"1m30s\" or numbers of seconds), owner, token (strings), hold (boolean), for a semaphore permits (integer) and for a read/write lock mode (string)"
+func bodyParams(r *http.Request) (lockParams, error) {
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, err
+		}
+		return nil, badRequest(codeInvalidBody, "reading the request body: %v", err)
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	return strictObject(raw)
+}
 
-// bodyFields are the exact names a body may use. encoding/json matches
-// names case-insensitively and lets a repeated name win silently
-// ({"ttl":"2s","ttl":"3600s"} took an hour), so the names are checked
-// here first: a body means one thing to every reader or is refused.
-var bodyFields = map[string]bool{"ttl": true, "wait": true, "owner": true, "token": true, "hold": true, "max_hold": true, "permits": true, "mode": true}
+// bodyShape says what a body may hold.
+func bodyShape() string {
+	var groups []string
+	for t := range jsonInteger + 1 {
+		var names []string
+		for _, p := range lockParamTable {
+			if p.json == t {
+				names = append(names, p.name)
+			}
+		}
+		groups = append(groups, fmt.Sprintf("%s (%s)", strings.Join(names, ", "), t))
+	}
+	return "the body must be a JSON object with fields " + strings.Join(groups, ", ")
+}
 
-// strictObject accepts exactly one JSON object whose names are known,
-// exact-case and not repeated (null, arrays and trailing data refused).
-func strictObject(raw []byte) error {
+// strictObject reads exactly one JSON object whose names are known,
+// exact-case and not repeated (null, arrays and trailing data refused),
+// and whose values have their parameters' types. encoding/json would match
+// names case-insensitively and let a repeated name win silently
+// ({"ttl":"2s","ttl":"3600s"} took an hour): a body means one thing to
+// every reader or is refused.
+func strictObject(raw []byte) (lockParams, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return badRequest(codeInvalidBody, "%s", bodyShape)
+		return nil, badRequest(codeInvalidBody, "%s", bodyShape())
 	}
-	seen := make(map[string]bool, len(bodyFields))
+	p := lockParams{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return badRequest(codeInvalidBody, "%s: %v", bodyShape, err)
+			return nil, badRequest(codeInvalidBody, "%s: %v", bodyShape(), err)
 		}
 		name, _ := tok.(string)
+		row, known := paramNamed(name)
+		_, seen := p[name]
 		switch {
-		case !bodyFields[name]:
-			return badRequest(codeInvalidBody, "unknown field %q in the body (known, lowercase: ttl, wait, owner, token, hold, max_hold, permits, mode)", truncate(name))
-		case seen[name]:
-			return badRequest(codeInvalidBody, "field %q is given more than once in the body", name)
+		case !known:
+			return nil, badRequest(codeInvalidBody, "unknown field %q in the body (known, lowercase: %s)", truncate(name), strings.Join(paramNames(0), ", "))
+		case seen:
+			return nil, badRequest(codeInvalidBody, "field %q is given more than once in the body", name)
 		}
-		seen[name] = true
 		var value json.RawMessage
 		if err := dec.Decode(&value); err != nil {
-			return badRequest(codeInvalidBody, "%s: %v", bodyShape, err)
+			return nil, badRequest(codeInvalidBody, "%s: %v", bodyShape(), err)
 		}
 		if string(value) == "null" {
-			return badRequest(codeInvalidBody, "field %q is null; leave it out for the default", name)
+			return nil, badRequest(codeInvalidBody, "field %q is null; leave it out for the default", name)
+		}
+		if p[name], err = row.json.text(name, value); err != nil {
+			return nil, badRequest(codeInvalidBody, "%s: %v", bodyShape(), err)
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return badRequest(codeInvalidBody, "%s: %v", bodyShape, err)
+		return nil, badRequest(codeInvalidBody, "%s: %v", bodyShape(), err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return badRequest(codeInvalidBody, "the body must hold exactly one JSON object")
+		return nil, badRequest(codeInvalidBody, "the body must hold exactly one JSON object")
 	}
-	return nil
+	return p, nil
 }
 
 // maxQuoted is how much of the caller's input an error quotes back.
@@ -255,62 +354,15 @@ func truncate(s string) string {
 }
 
 func queryParams(rawQuery string) (lockParams, error) {
-	var p lockParams
-	q, err := strictQuery(rawQuery, "ttl", "wait", "owner", "token", "hold", "max_hold", "permits", "mode")
+	q, err := strictQuery(rawQuery, paramNames(0)...)
 	if err != nil {
-		return p, err
+		return nil, err
 	}
+	p := make(lockParams, len(q))
 	for key := range q {
-		v := q.Get(key)
-		switch key {
-		case "ttl":
-			p.TTL = (*durationText)(&v)
-		case "wait":
-			p.Wait = (*durationText)(&v)
-		case "max_hold":
-			p.MaxHold = (*durationText)(&v)
-		case "hold":
-			p.Hold = (*jsonBool)(&v)
-		case "owner":
-			p.Owner = &v
-		case "token":
-			p.Token = &v
-		case "permits":
-			p.Permits = (*intText)(&v)
-		case "mode":
-			p.Mode = &v
-		}
+		p[key] = q.Get(key)
 	}
 	return p, nil
-}
-
-func merge(a, b lockParams) (lockParams, error) {
-	var out lockParams
-	var errs []error
-	out.TTL, errs = pick("ttl", a.TTL, b.TTL, errs)
-	out.Wait, errs = pick("wait", a.Wait, b.Wait, errs)
-	out.Owner, errs = pick("owner", a.Owner, b.Owner, errs)
-	out.MaxHold, errs = pick("max_hold", a.MaxHold, b.MaxHold, errs)
-	out.Hold, errs = pick("hold", a.Hold, b.Hold, errs)
-	out.Token, errs = pick("token", a.Token, b.Token, errs)
-	out.Permits, errs = pick("permits", a.Permits, b.Permits, errs)
-	out.Mode, errs = pick("mode", a.Mode, b.Mode, errs)
-	if len(errs) > 0 {
-		return out, errs[0]
-	}
-	return out, nil
-}
-
-// pick is the one of x (query) and y (body) that is given; both is a
-// refusal, appended to errs.
-func pick[T any](name string, x, y *T, errs []error) (*T, []error) {
-	if x != nil && y != nil {
-		return nil, append(errs, badRequest(codeInvalidRequest, "%s is given both in the query and the body", name))
-	}
-	if x != nil {
-		return x, errs
-	}
-	return y, errs
 }
 
 // Bare numbers of seconds: at most maxSecondsDigits digits (999999999 s,
@@ -324,25 +376,21 @@ const (
 	maxSecondsDecimals = 3
 )
 
-// duration parses an optional duration parameter (absent is 0): a Go
-// duration without a sign ("30s", "1m30s", "1.5h", "250ms") or a bare
-// number of seconds ("30", "1.5"). Anything else, a negative value
-// included, is refused with the parameter's code (invalid_ttl...); the
-// Manager checks the range (lease.ParamError, the same code).
-func duration(param string, v *durationText) (time.Duration, error) {
-	if v == nil {
-		return 0, nil
-	}
-	s := string(*v)
+// duration parses a duration parameter: a Go duration without a sign
+// ("30s", "1m30s", "1.5h", "250ms") or a bare number of seconds ("30",
+// "1.5"). Anything else, a negative value included, is refused with the
+// parameter's code (invalid_ttl...); the Manager checks the range
+// (lease.ParamError, the same code).
+func duration(p param, s string) (time.Duration, error) {
 	d, ok := parseSeconds(s)
 	if !ok {
 		d, ok = parseGoDuration(s)
 	}
 	if !ok {
-		return 0, badRequest(paramCode(param), "%s must be a duration such as \"30s\" or \"1m30s\", or a number of seconds with at most %d decimals such as 30 or 1.5, got %q", param, maxSecondsDecimals, truncate(s))
+		return 0, badRequest(p.code, "%s must be a duration such as \"30s\" or \"1m30s\", or a number of seconds with at most %d decimals such as 30 or 1.5, got %q", p.name, maxSecondsDecimals, truncate(s))
 	}
-	if d == 0 && param == lease.ParamTTL {
-		return 0, badRequest(codeInvalidTTL, "ttl must be positive; leave it out for the default")
+	if d == 0 && p.name == lease.ParamTTL {
+		return 0, badRequest(p.code, "ttl must be positive; leave it out for the default")
 	}
 	return d, nil
 }
@@ -397,14 +445,15 @@ func token(r *http.Request, p lockParams) (string, error) {
 	if len(header) > 1 {
 		return "", badRequest(codeInvalidToken, "the %s header is given more than once", tokenHeader)
 	}
+	param, given := p[paramToken]
 	var tok string
 	switch {
-	case len(header) == 1 && p.Token != nil && header[0] != *p.Token:
+	case len(header) == 1 && given && header[0] != param:
 		return "", badRequest(codeInvalidToken, "the %s header and the token parameter differ", tokenHeader)
 	case len(header) == 1:
 		tok = header[0]
-	case p.Token != nil:
-		tok = *p.Token
+	case given:
+		tok = param
 	default:
 		return "", badRequest(codeMissingToken, "the lease token is required, in the %s header or the token parameter", tokenHeader)
 	}
@@ -434,41 +483,26 @@ func acquireRequest(r *http.Request, k kind) (lease.Request, error) {
 	if err != nil {
 		return lease.Request{}, err
 	}
-	p, err := readParams(r)
+	p, err := readParams(r, opAcquire)
 	if err != nil {
 		return lease.Request{}, err
-	}
-	if p.Token != nil {
-		return lease.Request{}, badRequest(codeInvalidRequest, "acquire takes no token")
 	}
 	keys := r.Header.Values(idempotencyHeader)
 	if len(keys) > 1 {
 		return lease.Request{}, badRequest(codeInvalidRequest, "the %s header is given more than once", idempotencyHeader)
 	}
-	req := lease.Request{Name: name}
-	if req.Permits, err = permitsParam(k, p.Permits); err != nil {
-		return req, err
-	}
-	if req.Mode, err = modeParam(k, p.Mode); err != nil {
-		return req, err
-	}
+	req := lease.Request{Name: name, Mode: k.defaultMode}
 	if len(keys) == 1 {
 		req.IdempotencyKey = keys[0]
 	}
-	if p.Owner != nil {
-		req.Owner = *p.Owner
+	for _, row := range lockParamTable {
+		if text, given := p[row.name]; given && row.field != nil {
+			if err := row.setIn(&req, text); err != nil {
+				return req, err
+			}
+		}
 	}
-	if req.TTL, err = duration(lease.ParamTTL, p.TTL); err != nil {
-		return req, err
-	}
-	if req.MaxHold, err = duration(lease.ParamMaxHold, p.MaxHold); err != nil {
-		return req, err
-	}
-	if req.Hold, err = hold(p.Hold); err != nil {
-		return req, err
-	}
-	req.Wait, err = duration(lease.ParamWait, p.Wait)
-	return req, err
+	return req, nil
 }
 
 // tokenRequest is the name, token and optional ttl of a PUT or DELETE.
@@ -478,57 +512,27 @@ type tokenRequest struct {
 	ttl   time.Duration
 }
 
-func readTokenRequest(r *http.Request, k kind, allowTTL bool) (tokenRequest, error) {
+// readTokenRequest reads the name, token and (for extend) ttl of an
+// operation on a held lease.
+func readTokenRequest(r *http.Request, k kind, op op) (tokenRequest, error) {
 	var tr tokenRequest
 	name, err := nameIn(r, k.prefix)
 	if err != nil {
 		return tr, err
 	}
-	p, err := readParams(r)
+	p, err := readParams(r, op)
 	if err != nil {
 		return tr, err
-	}
-	if p.Wait != nil || p.Owner != nil || p.Hold != nil || p.MaxHold != nil || p.Permits != nil || p.Mode != nil || (p.TTL != nil && !allowTTL) {
-		return tr, badRequest(codeInvalidRequest, "only token%s may be given here", map[bool]string{true: " and ttl", false: ""}[allowTTL])
 	}
 	tr.name = name
 	if tr.token, err = token(r, p); err != nil {
 		return tr, err
 	}
-	tr.ttl, err = duration(lease.ParamTTL, p.TTL)
+	if text, given := p[lease.ParamTTL]; given {
+		ttl, _ := paramNamed(lease.ParamTTL)
+		tr.ttl, err = duration(ttl, text)
+	}
 	return tr, err
-}
-
-// permitsParam is an acquisition's permits: required for a semaphore,
-// refused for the other kinds.
-func permitsParam(k kind, v *intText) (int, error) {
-	switch {
-	case !k.permits && v != nil:
-		return 0, badRequest(codeInvalidPermits, "a %s takes no permits; permits applies to %s{name}", k.noun, semaphores)
-	case k.permits && v == nil:
-		return 0, badRequest(codeInvalidPermits, "permits is required: an integer within [1, %d]", lease.MaxPermits)
-	case v == nil:
-		return 0, nil
-	}
-	return permitsValue(*v)
-}
-
-// modeParam is an acquisition's mode: for a read/write lock, shared or
-// exclusive, exclusive when not given (as flock's default); refused for
-// the other kinds.
-func modeParam(k kind, v *string) (lease.Mode, error) {
-	switch {
-	case !k.mode && v != nil:
-		return "", badRequest(codeInvalidMode, "a %s takes no mode; mode applies to %s{name}", k.noun, rwlocks)
-	case !k.mode:
-		return "", nil
-	case v == nil:
-		return lease.ModeExclusive, nil
-	}
-	if m := lease.Mode(*v); m == lease.ModeShared || m == lease.ModeExclusive {
-		return m, nil
-	}
-	return "", badRequest(codeInvalidMode, "mode must be %q or %q, got %q", lease.ModeShared, lease.ModeExclusive, truncate(*v))
 }
 
 // strictQuery reads a query string that may name only the parameters in
@@ -578,5 +582,5 @@ func permitsQuery(rawQuery string) (int, error) {
 	if !q.Has("permits") {
 		return 0, badRequest(codeInvalidPermits, "permits is required: the masters know slots, not how many there are")
 	}
-	return permitsValue(intText(q.Get("permits")))
+	return permitsValue(q.Get("permits"))
 }

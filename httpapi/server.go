@@ -1,6 +1,11 @@
-// Package httpapi serves sidelock's lock API on loopback and its admin
-// endpoints (health, readiness, metrics). Every route is in routes.go;
-// every error becomes a status and a JSON problem in encode.go.
+// Package httpapi is the sidecar's HTTP layer: it serves sidelock's lock
+// API on loopback and its admin endpoints (health, readiness, metrics).
+// Every route is in routes.go; every error becomes a status and a JSON
+// problem in encode.go.
+//
+// It is not a client library: it takes the sidecar's internal types (the
+// lease Manager, the health checker, the watch hub), which no other module
+// can build. The Go client of this API is pkg/client.
 package httpapi
 
 import (

@@ -168,7 +168,7 @@ func serveHold(w http.ResponseWriter, r *http.Request, leases leaseAPI, info lea
 
 func handleEvents(log *slog.Logger, k kind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tr, err := readTokenRequest(r, k, false)
+		tr, err := readTokenRequest(r, k, opEvents)
 		if err != nil {
 			writeError(w, log, err)
 			return

@@ -101,20 +101,11 @@ func Load() (Config, error) {
 
 // Validate stops start-up on any setting that cannot work, with one message
 // naming every problem: every value outside its bounds in the settings
-// table, and the rules between settings.
+// table or of the wrong form, and the rules between settings
+// (CheckCombination, which the injector applies too).
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	switch {
-	case c.Dev && len(c.RedisAddrs) > 0:
-		bad("SIDELOCK_DEV runs in-memory masters: unset SIDELOCK_REDIS_ADDRS or SIDELOCK_DEV")
-	case c.Dev && (c.RedisGroups != "" || c.RedisGroupsPrev != ""):
-		bad("SIDELOCK_DEV runs in-memory masters: unset SIDELOCK_REDIS_GROUPS and SIDELOCK_REDIS_GROUPS_PREVIOUS or SIDELOCK_DEV")
-	case len(c.RedisAddrs) > 0 && c.RedisGroups != "":
-		bad("set SIDELOCK_REDIS_ADDRS (one quorum) or SIDELOCK_REDIS_GROUPS (several), not both")
-	case !c.Dev && len(c.RedisAddrs) == 0 && c.RedisGroups == "":
-		bad("SIDELOCK_REDIS_ADDRS is empty: list the Redis masters (host:port,...), or run with -dev")
-	}
 	// The masters' entries, in SIDELOCK_REDIS_ADDRS too, are checked by
 	// validateGroups (parseMasters), which never quotes one.
 	errs = append(errs, c.validateGroups()...)
@@ -131,40 +122,14 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
 		bad("SIDELOCK_ADMIN_ADDR: %q is not host:port", c.AdminAddr)
 	}
-	errs = append(errs, c.validateTiming()...)
+	errs = append(errs, CheckCombination(c, nil)...)
 	if err := oneOf(envLogFormat, c.LogFormat); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := ParseLevel(c.LogLevel); err != nil {
 		bad("SIDELOCK_LOG_LEVEL: %v", err)
 	}
-	if (c.RedisTLSCert == "") != (c.RedisTLSKey == "") {
-		bad("SIDELOCK_REDIS_TLS_CERT_FILE and SIDELOCK_REDIS_TLS_KEY_FILE go together")
-	}
-	if !c.RedisTLS && (c.RedisTLSCAFile != "" || c.RedisTLSCert != "") {
-		bad("TLS files are set but SIDELOCK_REDIS_TLS is false")
-	}
 	return errors.Join(errs...)
-}
-
-// validateTiming checks the timing rules that are no plain bound of the
-// settings table (checkBounds has checked those): a round to the masters
-// must fit many times into the key ttl, fence counters must outlive the
-// leases, and a master that restarted empty must sit out the keys it
-// forgot.
-func (c Config) validateTiming() []error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.NodeTimeout > 0 && c.NodeTimeout*10 > c.KeyTTL {
-		bad("SIDELOCK_NODE_TIMEOUT %v must be positive and at most a tenth of SIDELOCK_KEY_TTL %v, so renewals fit within the key ttl", c.NodeTimeout, c.KeyTTL)
-	}
-	if c.FenceRetention < c.MaxTTL && c.Fencing {
-		bad("SIDELOCK_FENCE_RETENTION %v must be at least SIDELOCK_MAX_TTL %v", c.FenceRetention, c.MaxTTL)
-	}
-	if c.RestartGuard != 0 && c.RestartGuard < c.KeyTTL {
-		bad("SIDELOCK_RESTART_GUARD %v must be at least SIDELOCK_KEY_TTL %v (or 0 for the key ttl): a master that restarted empty must sit out until the keys it forgot would have lapsed", c.RestartGuard, c.KeyTTL)
-	}
-	return errs
 }
 
 // EffectiveRestartGuard is how long the health checker keeps a master that may have
@@ -181,9 +146,9 @@ func (c Config) EffectiveRestartGuard() time.Duration {
 	}
 }
 
-// checkListenAddr refuses to expose the lock API beyond the pod without
-// an API token: anything that can reach it can take and release locks. A
-// Unix socket is reached only through the filesystem, so it needs none.
+// checkListenAddr checks the lock API's address: host:port, or a Unix
+// socket's path (reached only through the filesystem, so it needs no API
+// token; a host:port beyond loopback does: CheckCombination).
 func (c Config) checkListenAddr() error {
 	if path, ok := c.UnixSocket(); ok {
 		return checkUnixSocketPath(path)
@@ -191,15 +156,10 @@ func (c Config) checkListenAddr() error {
 	if strings.HasPrefix(c.ListenAddr, "unix:") {
 		return fmt.Errorf("%q: a Unix socket is written %s and an absolute path, e.g. %s/run/sidelock/api.sock", c.ListenAddr, UnixScheme, UnixScheme)
 	}
-	host, _, err := net.SplitHostPort(c.ListenAddr)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
 		return fmt.Errorf("%q is neither host:port nor %s/absolute/path", c.ListenAddr, UnixScheme)
 	}
-	if isLoopback(host) || c.APIToken != "" {
-		return nil
-	}
-	return fmt.Errorf("%q is not a loopback address; anything that reaches the lock API can take and release locks, "+
-		"so it listens beyond 127.0.0.1 or [::1] only when SIDELOCK_API_TOKEN is set", c.ListenAddr)
+	return nil // beyond loopback only with an API token: CheckCombination
 }
 
 func isLoopback(host string) bool {
@@ -304,7 +264,7 @@ func typeName(t reflect.Type) string {
 func ParseLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(s)); err != nil {
-		levels, _ := Lookup(envLogLevel)
+		levels, _ := Lookup(EnvLogLevel)
 		return l, fmt.Errorf("%q is not %s", s, OrList(levels.Values))
 	}
 	return l, nil

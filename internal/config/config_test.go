@@ -56,6 +56,7 @@ func TestConfigValidation(t *testing.T) {
 		"key prefix with #":          func(c *Config) { c.KeyPrefix = "sidelock:victim#" },
 		"key prefix without colon":   func(c *Config) { c.KeyPrefix = "sidelock" },
 		"key prefix with two colons": func(c *Config) { c.KeyPrefix = "a:b:" },
+		"lock API on the admin port": func(c *Config) { c.ListenAddr = "127.0.0.1:7421" },
 	}
 	for name, mutate := range cases {
 		c := validConfig()
@@ -63,6 +64,11 @@ func TestConfigValidation(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	free := validConfig()
+	free.ListenAddr, free.AdminAddr = "127.0.0.1:0", "127.0.0.1:0" // each any free port
+	if err := free.Validate(); err != nil {
+		t.Errorf("two free ports rejected: %v", err)
 	}
 	for _, ok := range []string{"127.0.0.1:7420", "[::1]:7420", "localhost:7420", "127.0.0.2:80"} {
 		c := validConfig()
@@ -155,5 +161,17 @@ func TestConfigRedisMaxConnsIsBounded(t *testing.T) {
 	t.Setenv("SIDELOCK_REDIS_ADDRS", "r1:6379")
 	if c, err := Load(); err != nil || c.RedisMaxConns != 2 {
 		t.Errorf("default SIDELOCK_REDIS_MAX_CONNS = %d, %v; want 2", c.RedisMaxConns, err)
+	}
+}
+
+// Every rule between settings names settings of the table, so that the
+// injector can tell which it can judge and where a pod sets them.
+func TestCombinationRulesNameSettings(t *testing.T) {
+	for _, r := range rules() {
+		for _, env := range r.settings {
+			if _, ok := Lookup(env); !ok {
+				t.Errorf("a rule names %s, which is not in the settings table", env)
+			}
+		}
 	}
 }

@@ -4,8 +4,10 @@ package config
 // default and bounds are written. Everything else reads it:
 //
 //   - Load starts from Defaults, and Validate checks every Min, Max and
-//     Values here (the rules between settings that are not a plain bound
-//     stay code in Validate, and are described in Rules);
+//     Values here; a bound that is another setting, and the rules between
+//     settings that are not a plain bound (code in combination.go,
+//     described in Rules), are CheckCombination's, which the injector
+//     applies too;
 //   - sidelock -h (Usage) and docs/configuration.md (WriteReference) are
 //     generated from it;
 //   - the injector (internal/injector) takes its per-pod annotations' keys
@@ -86,15 +88,33 @@ func atMostSetting(env string) *Bound { return &Bound{Setting: env} }
 
 type number interface{ ~int | ~int64 | ~float64 }
 
-// Names the code refers to.
+// Names the code refers to; those exported, the injector too (its
+// annotations' settings).
 const (
-	envKeyTTL         = envPrefix + "_KEY_TTL"
-	envMaxTTL         = envPrefix + "_MAX_TTL"
-	envMaxWaiters     = envPrefix + "_MAX_WAITERS"
-	envLogFormat      = envPrefix + "_LOG_FORMAT"
-	envLogLevel       = envPrefix + "_LOG_LEVEL"
-	envReadyPolicy    = envPrefix + "_READY_POLICY"
-	annotationsPrefix = "sidelock.io/"
+	EnvListenAddr      = envPrefix + "_LISTEN_ADDR"
+	EnvAdminAddr       = envPrefix + "_ADMIN_ADDR"
+	EnvKeyPrefix       = envPrefix + "_KEY_PREFIX"
+	EnvDefaultTTL      = envPrefix + "_DEFAULT_TTL"
+	EnvMaxTTL          = envPrefix + "_MAX_TTL"
+	EnvLogLevel        = envPrefix + "_LOG_LEVEL"
+	envDev             = envPrefix + "_DEV"
+	envAPIToken        = envPrefix + "_API_TOKEN"
+	envRedisAddrs      = envPrefix + "_REDIS_ADDRS"
+	envRedisGroups     = envPrefix + "_REDIS_GROUPS"
+	envRedisGroupsPrev = envPrefix + "_REDIS_GROUPS_PREVIOUS"
+	envRedisTLS        = envPrefix + "_REDIS_TLS"
+	envRedisTLSCAFile  = envPrefix + "_REDIS_TLS_CA_FILE"
+	envRedisTLSCert    = envPrefix + "_REDIS_TLS_CERT_FILE"
+	envRedisTLSKey     = envPrefix + "_REDIS_TLS_KEY_FILE"
+	envNodeTimeout     = envPrefix + "_NODE_TIMEOUT"
+	envKeyTTL          = envPrefix + "_KEY_TTL"
+	envFencing         = envPrefix + "_FENCING"
+	envFenceRetention  = envPrefix + "_FENCE_RETENTION"
+	envRestartGuard    = envPrefix + "_RESTART_GUARD"
+	envMaxWaiters      = envPrefix + "_MAX_WAITERS"
+	envLogFormat       = envPrefix + "_LOG_FORMAT"
+	envReadyPolicy     = envPrefix + "_READY_POLICY"
+	annotationsPrefix  = "sidelock.io/"
 )
 
 // settings is the table, in the order of the Config fields.
@@ -175,14 +195,14 @@ var settings = indexFields([]Setting{
 	{Env: "SIDELOCK_DRIFT_FACTOR", Default: 0.01, Min: atLeast(0.0), Max: below(redlock.MaxDriftFactor),
 		Doc:   "clock drift allowance, as a share of the key ttl (0 is taken as 0.01, the Redlock engine's default)",
 		Chart: "sidecar.config.driftFactor"},
-	{Env: "SIDELOCK_DEFAULT_TTL", Default: 30 * time.Second, Min: atLeast(lease.MinTTL), Max: atMostSetting(envMaxTTL),
+	{Env: "SIDELOCK_DEFAULT_TTL", Default: 30 * time.Second, Min: atLeast(lease.MinTTL), Max: atMostSetting(EnvMaxTTL),
 		Doc:   "caller lease when none is asked for",
 		Chart: "sidecar.config.defaultTTL", Annotation: annotationsPrefix + "default-ttl"},
-	{Env: envMaxTTL, Default: time.Hour, Min: atLeast(lease.MinTTL),
+	{Env: EnvMaxTTL, Default: time.Hour, Min: atLeast(lease.MinTTL),
 		Doc:   "longest caller lease",
 		Rules: "at least SIDELOCK_KEY_TTL and SIDELOCK_DEFAULT_TTL; at most SIDELOCK_FENCE_RETENTION when SIDELOCK_FENCING is on",
 		Chart: "sidecar.config.maxTTL", Annotation: annotationsPrefix + "max-ttl"},
-	{Env: envKeyTTL, Default: 10 * time.Second, Min: atLeast(lease.MinTTL), Max: atMostSetting(envMaxTTL),
+	{Env: envKeyTTL, Default: 10 * time.Second, Min: atLeast(lease.MinTTL), Max: atMostSetting(EnvMaxTTL),
 		Doc:   "ttl of the keys on the masters, renewed every third of it",
 		Rules: "at least ten times SIDELOCK_NODE_TIMEOUT",
 		Chart: "sidecar.config.keyTTL"},
@@ -244,7 +264,7 @@ var settings = indexFields([]Setting{
 		Chart: "sidecar.config.logFormat", ChartDefault: "json"},
 	// The binary also takes slog's other spellings (INFO, warn+2);
 	// the chart and the annotation take these words only.
-	{Env: envLogLevel, Default: "info", Values: []string{"debug", "info", "warn", "error"},
+	{Env: EnvLogLevel, Default: "info", Values: []string{"debug", "info", "warn", "error"},
 		Doc:   "least severe level logged",
 		Chart: "sidecar.config.logLevel", Annotation: annotationsPrefix + "log-level"},
 	// The safety guards (package health) run in every health round.
@@ -407,36 +427,54 @@ func maxText(b *Bound, show func(*Bound) string) string {
 	return "at most " + show(b)
 }
 
-// checkBounds refuses every value of c outside its setting's bounds.
+// checkBounds refuses every value of c outside its setting's fixed bounds
+// (a bound that is another setting is a rule between settings:
+// CheckCombination).
 func (c Config) checkBounds() []error {
 	var errs []error
 	for _, s := range settings {
-		if s.Min == nil && s.Max == nil {
-			continue
+		for _, b := range []*Bound{s.Min, s.Max} {
+			if b == nil || b.Setting != "" {
+				continue
+			}
+			if err := c.checkBound(s, b); err != nil {
+				errs = append(errs, err)
+			}
 		}
-		v := s.Value(c)
-		broken := s.violated(v, func(b *Bound) any { return boundValue(c, b) })
-		if broken == nil {
-			continue
-		}
-		var must string
-		switch {
-		case s.Min != nil && s.Max != nil && s.Min.Setting == "" && s.Max.Setting == "":
-			must = "be " + s.Range()
-		case broken == s.Min && broken.Setting == "" && isZero(broken.Value) && !broken.Exclusive:
-			must = "not be negative"
-		case broken == s.Min && broken.Setting == "":
-			must = "be " + minText(broken, func(b *Bound) string { return FormatValue(b.Value) })
-		case broken == s.Min:
-			must = fmt.Sprintf("be at least %s %v", broken.Setting, boundValue(c, broken))
-		case broken.Setting == "":
-			must = "be " + maxText(broken, func(b *Bound) string { return FormatValue(b.Value) })
-		default:
-			must = fmt.Sprintf("not exceed %s %v", broken.Setting, boundValue(c, broken))
-		}
-		errs = append(errs, fmt.Errorf("%s %v must %s%s", s.Env, v, must, s.Why))
 	}
 	return errs
+}
+
+// checkBound refuses s's value in c when it breaks the bound b, one of
+// s's.
+func (c Config) checkBound(s Setting, b *Bound) error {
+	v := s.Value(c)
+	only := func(x *Bound) any {
+		if x != b {
+			return nil
+		}
+		return boundValue(c, b)
+	}
+	if s.violated(v, only) == nil {
+		return nil
+	}
+	fixed := func(b *Bound) string { return FormatValue(b.Value) }
+	var must string
+	switch {
+	case s.Min != nil && s.Max != nil && s.Min.Setting == "" && s.Max.Setting == "":
+		must = "be " + s.Range()
+	case b == s.Min && b.Setting == "" && isZero(b.Value) && !b.Exclusive:
+		must = "not be negative"
+	case b == s.Min && b.Setting == "":
+		must = "be " + minText(b, fixed)
+	case b == s.Min:
+		must = fmt.Sprintf("be at least %s %v", b.Setting, boundValue(c, b))
+	case b.Setting == "":
+		must = "be " + maxText(b, fixed)
+	default:
+		must = fmt.Sprintf("not exceed %s %v", b.Setting, boundValue(c, b))
+	}
+	return fmt.Errorf("%s %v must %s%s", s.Env, v, must, s.Why)
 }
 
 // violated is the first of the setting's bounds that v breaks (nil:

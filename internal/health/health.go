@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sidelock/sidelock/internal/starvation"
 	"github.com/sidelock/sidelock/pkg/redlock"
+	"github.com/sidelock/sidelock/pkg/redlock/starvation"
 )
 
 // NodeState is one master's state after the last round.
@@ -171,7 +171,7 @@ type Config struct {
 	// StarvedDuring is called as a round starts; the function it returns
 	// says, once the round's observations are in, whether this process
 	// was starved of CPU meanwhile (default: the Go scheduler's latencies,
-	// internal/starvation). A master that did not answer in time during a
+	// pkg/redlock/starvation). A master that did not answer in time during a
 	// starved round is not judged by that round (see repeatInconclusive).
 	StarvedDuring func() (starved func() bool)
 }

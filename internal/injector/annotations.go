@@ -63,12 +63,12 @@ type overrides struct {
 // must agree across every sidecar sharing the masters (the masters'
 // restart delay is chosen against the key TTL), so they are chart values.
 var Annotations = []Annotation{
-	ofSetting(envDefaultTTL, "30s", "lock TTL when a request gives none", setDuration),
-	ofSetting(envMaxTTL, "1h", "longest TTL a request may ask for", setDuration),
-	ofSetting(envKeyPrefix, "orders:", "prefix of the lock keys in Redis", setKeyPrefix),
-	ofSetting(envLogLevel, "debug", "", setLogLevel),
-	ofPort(envListenAddr, "7420", "port of the lock API on 127.0.0.1, in", setListenPort),
-	ofPort(envAdminAddr, "7421", "admin port (/healthz, /readyz, /metrics): containerPort sidelock-admin and", setAdminPort),
+	ofSetting(config.EnvDefaultTTL, "30s", "lock TTL when a request gives none", setDuration),
+	ofSetting(config.EnvMaxTTL, "1h", "longest TTL a request may ask for", setDuration),
+	ofSetting(config.EnvKeyPrefix, "orders:", "prefix of the lock keys in Redis", setKeyPrefix),
+	ofSetting(config.EnvLogLevel, "debug", "", setLogLevel),
+	ofPort(config.EnvListenAddr, "7420", "port of the lock API on 127.0.0.1, in", setListenPort),
+	ofPort(config.EnvAdminAddr, "7421", "admin port (/healthz, /readyz, /metrics): containerPort sidelock-admin and", setAdminPort),
 	{Key: Prefix + "readiness-probe", Example: "false", Help: "true or false: whether the sidecar's /readyz (quorum) counts toward the pod's readiness",
 		apply: setReadiness},
 	{Key: Prefix + "cpu-request", Example: "20m", Help: "resources.requests.cpu of the sidecar (a Kubernetes quantity)",
@@ -307,36 +307,16 @@ func setResource(kind, name string) func(o *overrides, v string) error {
 	}
 }
 
-// checkCombination checks what the overrides may have broken, with the
-// rules the sidecar applies at start, so that a bad combination is refused
-// at admission instead of crash-looping the sidecar.
+// checkCombination checks what the overrides may have broken: the rules
+// between settings that the sidecar applies at start
+// (config.CheckCombination), so that a bad combination is refused at
+// admission instead of crash-looping the sidecar, and the container's own
+// requests and limits.
 func checkCombination(c container) []error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
-	listen, _ := c.env(envListenAddr)
-	admin, _ := c.env(envAdminAddr)
-	if _, lp, _ := net.SplitHostPort(listen); lp == portOf(admin) {
-		bad("the lock API (%s=%s) and the admin port (%s=%s) must differ", envListenAddr, listen, envAdminAddr, admin)
-	}
-	dur := func(name string) (time.Duration, bool) {
-		v, ok := c.env(name)
-		if !ok {
-			return 0, false
-		}
-		d, err := time.ParseDuration(v)
-		return d, err == nil
-	}
-	maxTTL, okMax := dur(envMaxTTL)
-	if def, ok := dur(envDefaultTTL); ok && okMax && def > maxTTL {
-		bad("default TTL %v (%s) exceeds max TTL %v (%s)", def, Prefix+"default-ttl", maxTTL, Prefix+"max-ttl")
-	}
-	if key, ok := dur(envKeyTTL); ok && okMax && key > maxTTL {
-		bad("max TTL %v (%s) is below the sidecar's key TTL %v (sidecar.config.keyTTL)", maxTTL, Prefix+"max-ttl", key)
-	}
-	if fencing, _ := c.env(envFencing); fencing == "true" {
-		if ret, ok := dur(envFenceRetention); ok && okMax && maxTTL > ret {
-			bad("max TTL %v (%s) exceeds the fence retention %v (sidecar.config.fenceRetention)", maxTTL, Prefix+"max-ttl", ret)
-		}
+	cfg, known := configOf(c)
+	for _, err := range config.CheckCombination(cfg, known) {
+		errs = append(errs, invalidf("%v%s", err, settingsSource(err)))
 	}
 	for _, kind := range []string{"cpu", "memory"} {
 		req, okReq := c.resource("requests", kind)
@@ -347,10 +327,54 @@ func checkCombination(c container) []error {
 		r, err1 := parseQuantity(req)
 		l, err2 := parseQuantity(lim)
 		if err1 == nil && err2 == nil && r.Cmp(l) > 0 {
-			bad("%s request %s exceeds its limit %s (%s-request, %s-limit)", kind, req, lim, Prefix+kind, Prefix+kind)
+			errs = append(errs, invalidf("%s request %s exceeds its limit %s (%s-request, %s-limit)", kind, req, lim, Prefix+kind, Prefix+kind))
 		}
 	}
 	return errs
+}
+
+// configOf is the sidecar's configuration as the container's environment
+// gives it, the table's defaults for what it leaves out, and which
+// settings have a value to judge: not those taken from elsewhere
+// (valueFrom, a Secret) or that would not parse.
+func configOf(c container) (config.Config, func(env string) bool) {
+	cfg := config.Defaults()
+	unknown := map[string]bool{}
+	for _, s := range config.Settings() {
+		text, given := c.env(s.Env)
+		switch {
+		case given:
+			if v, err := s.Parse(text); err == nil {
+				s.Set(&cfg, v)
+			} else {
+				unknown[s.Env] = true
+			}
+		case c.hasEnv(s.Env):
+			unknown[s.Env] = true
+		}
+	}
+	return cfg, func(env string) bool { return !unknown[env] }
+}
+
+// settingsSource names where the settings a broken rule involves are set
+// for a pod: their annotations, or else their chart values.
+func settingsSource(err error) string {
+	var ce *config.CombinationError
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	var where []string
+	for _, env := range ce.Settings {
+		if s, ok := config.Lookup(env); ok && s.Annotation != "" {
+			where = append(where, s.Annotation)
+		} else if ok && s.Chart != "" {
+			where = append(where, s.Chart)
+		}
+	}
+	if len(where) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(where, ", ") + ")"
 }
 
 func portOf(addr string) string {

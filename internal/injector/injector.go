@@ -26,8 +26,9 @@
 // the body, the reviews decoded at once, the sidelock.io/ annotations, and
 // what denials and log lines quote.
 //
-// The package depends on the standard library only, and on internal/lease for
-// the key prefix rule the sidecar applies: admission and pod types are
+// The package depends on the standard library only, on internal/config for
+// the settings table and the rules between settings, and on internal/lease
+// for the key prefix rule the sidecar applies: admission and pod types are
 // reduced to the fields it needs (see AdmissionReview).
 package injector
 
@@ -42,6 +43,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sidelock/sidelock/internal/config"
 )
 
 // Config configures an Injector.
@@ -316,8 +319,8 @@ func labelOp(p *pod, key, value string) patchOp {
 // checkPorts refuses a sidecar port that a container of the pod declares
 // too: they share the network namespace, so one of them could not listen.
 func checkPorts(p *pod, c container) error {
-	listen, _ := c.env(envListenAddr)
-	admin, _ := c.env(envAdminAddr)
+	listen, _ := c.env(config.EnvListenAddr)
+	admin, _ := c.env(config.EnvAdminAddr)
 	var errs []error
 	for _, pc := range slices.Concat(p.Spec.InitContainers, p.Spec.Containers) {
 		for _, port := range pc.Ports {

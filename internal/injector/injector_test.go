@@ -439,9 +439,9 @@ func TestBadAnnotationsDenied(t *testing.T) {
 		{"empty key prefix", map[string]string{"sidelock.io/key-prefix": ""}, "", []string{"sidelock.io/key-prefix"}},
 		{"unknown annotation", map[string]string{"sidelock.io/defaultTTL": "30s"}, "", []string{"unknown annotation sidelock.io/defaultTTL", "sidelock.io/default-ttl"}},
 		{"every problem at once", map[string]string{"sidelock.io/log-level": "loud", "sidelock.io/max-ttl": "forever"}, "", []string{"sidelock.io/log-level", "sidelock.io/max-ttl"}},
-		{"default above max", map[string]string{"sidelock.io/default-ttl": "2h"}, "", []string{"default TTL 2h0m0s", "max TTL 1h0m0s"}},
-		{"max below key ttl", map[string]string{"sidelock.io/max-ttl": "5s", "sidelock.io/default-ttl": "5s"}, "", []string{"key TTL 10s"}},
-		{"max above fence retention", map[string]string{"sidelock.io/max-ttl": "2h"}, "", []string{"fence retention 1h0m0s"}},
+		{"default above max", map[string]string{"sidelock.io/default-ttl": "2h"}, "", []string{"SIDELOCK_DEFAULT_TTL 2h0m0s must not exceed SIDELOCK_MAX_TTL 1h0m0s", "sidelock.io/default-ttl", "sidelock.io/max-ttl"}},
+		{"max below key ttl", map[string]string{"sidelock.io/max-ttl": "5s", "sidelock.io/default-ttl": "5s"}, "", []string{"SIDELOCK_KEY_TTL 10s must not exceed SIDELOCK_MAX_TTL 5s", "sidecar.config.keyTTL"}},
+		{"max above fence retention", map[string]string{"sidelock.io/max-ttl": "2h"}, "", []string{"SIDELOCK_FENCE_RETENTION 1h0m0s must be at least SIDELOCK_MAX_TTL 2h0m0s", "sidecar.config.fenceRetention"}},
 		{"request above limit", map[string]string{"sidelock.io/memory-request": "128Mi"}, "", []string{"memory request 128Mi exceeds its limit 96Mi"}},
 		{"request above limit, other units", map[string]string{"sidelock.io/cpu-request": "1.5", "sidelock.io/cpu-limit": "1000m"}, "", []string{"cpu request 1.5 exceeds its limit 1000m"}},
 		{"same ports", map[string]string{"sidelock.io/listen-port": "7421"}, "", []string{"must differ"}},
@@ -634,5 +634,45 @@ func TestAnnotationsDocumented(t *testing.T) {
 		if !bytes.Contains(doc, []byte(k)) {
 			t.Errorf("docs/kubernetes.md does not mention %s", k)
 		}
+	}
+}
+
+// The injector applies the sidecar's own rules between settings
+// (config.CheckCombination) to the container an annotated pod would get:
+// the chart's values among them, which no annotation changes, so a
+// combination the sidecar would refuse at start is refused at admission.
+// A variable taken from a Secret (an API token) cannot be read, and no
+// rule judges it.
+func TestCombinationRulesAreTheSidecars(t *testing.T) {
+	// setEnv sets the container's variable name to the entry e.
+	setEnv := func(name string, e map[string]any) func(m map[string]any) {
+		return func(m map[string]any) {
+			c := m["container"].(map[string]any)
+			env := c["env"].([]any)
+			e["name"] = name
+			for i, old := range env {
+				if old.(map[string]any)["name"] == name {
+					env[i] = e
+					return
+				}
+			}
+			c["env"] = append(env, e)
+		}
+	}
+	slowNode := specWith(t, setEnv("SIDELOCK_NODE_TIMEOUT", map[string]any{"value": "2s"}))
+	doc := podJSON(optIn, map[string]string{"sidelock.io/log-level": "debug"}, "")
+	resp := post(t, newInjector(t, slowNode), reviewBody(t, request("u", "shop", "CREATE", doc)))
+	if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, "SIDELOCK_NODE_TIMEOUT 2s must be positive and at most a tenth of SIDELOCK_KEY_TTL 10s") ||
+		!strings.Contains(resp.Result.Message, "sidecar.config.nodeTimeout") {
+		t.Fatalf("a node timeout the sidecar refuses: allowed %v, %+v", resp.Allowed, resp.Result)
+	}
+	wide := specWith(t, func(m map[string]any) {
+		setEnv("SIDELOCK_LISTEN_ADDR", map[string]any{"value": "0.0.0.0:7420"})(m)
+		setEnv("SIDELOCK_API_TOKEN", map[string]any{"valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "t", "key": "t"}}})(m)
+	})
+	mutated(t, doc, post(t, newInjector(t, wide), reviewBody(t, request("u", "shop", "CREATE", doc))))
+	open := specWith(t, setEnv("SIDELOCK_LISTEN_ADDR", map[string]any{"value": "0.0.0.0:7420"}))
+	if resp := post(t, newInjector(t, open), reviewBody(t, request("u", "shop", "CREATE", doc))); resp.Allowed {
+		t.Fatalf("a lock API beyond loopback without a token was admitted")
 	}
 }

@@ -161,7 +161,7 @@ func TestDurationAnnotationsQuoteTheTablesBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, env := range []string{envDefaultTTL, envMaxTTL} {
+	for _, env := range []string{config.EnvDefaultTTL, config.EnvMaxTTL} {
 		s, _ := config.Lookup(env)
 		c, _ := spec.newContainer()
 		err := applyAnnotations(spec, c, entries(s.Annotation, "30"))

@@ -49,19 +49,6 @@ type Spec struct {
 	adminPort int    // containerPort of sidelock-admin
 }
 
-// Environment variables of the sidecar that the injector reads or sets.
-const (
-	envListenAddr     = "SIDELOCK_LISTEN_ADDR"
-	envAdminAddr      = "SIDELOCK_ADMIN_ADDR"
-	envKeyPrefix      = "SIDELOCK_KEY_PREFIX"
-	envDefaultTTL     = "SIDELOCK_DEFAULT_TTL"
-	envMaxTTL         = "SIDELOCK_MAX_TTL"
-	envKeyTTL         = "SIDELOCK_KEY_TTL"
-	envFencing        = "SIDELOCK_FENCING"
-	envFenceRetention = "SIDELOCK_FENCE_RETENTION"
-	envLogLevel       = "SIDELOCK_LOG_LEVEL"
-)
-
 // adminPortName is the name of the sidecar's admin containerPort; its
 // probes refer to it by name.
 const adminPortName = "sidelock-admin"
@@ -105,12 +92,12 @@ func ParseSpec(data []byte) (*Spec, error) {
 	if img, _ := c["image"].(string); img == "" {
 		return nil, fmt.Errorf("container %s has no image", name)
 	}
-	for _, v := range []string{envListenAddr, envAdminAddr} {
+	for _, v := range []string{config.EnvListenAddr, config.EnvAdminAddr} {
 		addr, ok := c.env(v)
 		if !ok {
 			return nil, fmt.Errorf("container %s does not set %s", name, v)
 		}
-		if v == envListenAddr && isUnixSocket(addr) {
+		if v == config.EnvListenAddr && isUnixSocket(addr) {
 			continue
 		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -125,9 +112,9 @@ func ParseSpec(data []byte) (*Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("container %s: port %s: bad containerPort %v", name, adminPortName, port["containerPort"])
 	}
-	admin, _ := c.env(envAdminAddr)
+	admin, _ := c.env(config.EnvAdminAddr)
 	if _, p, _ := net.SplitHostPort(admin); p != strconv.Itoa(n) {
-		return nil, fmt.Errorf("container %s: %s=%q does not listen on port %s=%d", name, envAdminAddr, admin, adminPortName, n)
+		return nil, fmt.Errorf("container %s: %s=%q does not listen on port %s=%d", name, config.EnvAdminAddr, admin, adminPortName, n)
 	}
 	s.adminPort = n
 	if _, ok := c["readinessProbe"].(map[string]any); !ok {
@@ -201,6 +188,17 @@ func (c container) env(name string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// hasEnv tells whether the container sets the variable name at all, by
+// value or from elsewhere (valueFrom).
+func (c container) hasEnv(name string) bool {
+	for _, e := range c.envList() {
+		if m, ok := e.(map[string]any); ok && m["name"] == name {
+			return true
+		}
+	}
+	return false
 }
 
 // setEnv sets a variable in place, or appends it.

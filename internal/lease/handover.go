@@ -71,7 +71,7 @@ func (m *Manager) handOverTargetLocked(t *tenure) *waiter {
 		return nil
 	}
 	w := q.waiters[0]
-	if w.left || w.req.target().kind() != KindLock || w.req.token != "" || len(w.handed) > 0 {
+	if w.left || w.req.kind != KindLock || w.req.token != "" || len(w.handed) > 0 {
 		return nil
 	}
 	return w

@@ -34,6 +34,7 @@ type lease struct {
 	t       *tenure // the keys it holds
 	name    string  // the caller's name for it
 	res     string  // what it holds, and its key in the Manager's maps (target.resource)
+	kind    Kind    // the kind its request stated (Request.kind)
 	permits int     // 0 but for a semaphore
 	mode    Mode    // "" but for a read/write lock
 	slot    int     // 1..permits for a semaphore, 1..MaxReaders for a reader, else 0
@@ -110,6 +111,7 @@ func newLease(m *Manager, req Request, slot int) (*lease, error) {
 		m:          m,
 		name:       req.Name,
 		res:        req.target().resource(slot),
+		kind:       req.kind,
 		permits:    req.Permits,
 		mode:       req.Mode,
 		slot:       slot,
@@ -365,7 +367,7 @@ func (l *lease) end(reason EndReason, cause error) {
 // semaphore's permit its slot of how many, for a read/write lock its side.
 // Never the token.
 func (l *lease) logAttrs() []any {
-	switch l.target().kind() {
+	switch l.kind {
 	case KindSemaphore:
 		return []any{"semaphore", l.name, "owner", l.owner, "slot", l.slot, "permits", l.permits}
 	case KindRWLock:

@@ -100,10 +100,15 @@ func (m *Manager) LockSets() LockSets { return LockSets{m: m} }
 // within req.Wait in all; on any failure it releases those it took and
 // answers that failure.
 func (s LockSets) Acquire(ctx context.Context, req Request) (Info, error) {
+	req.kind = KindLock
 	names, err := SetNames(req.Name)
-	if err != nil || req.Permits != 0 || req.Mode != "" {
+	if err != nil {
 		s.m.obs.Acquisition(OutcomeInvalid, 0)
-		return Info{}, errors.Join(err, checkSetKind(req))
+		return Info{}, err
+	}
+	if err := checkKindFields(req, "lock set"); err != nil {
+		s.m.obs.Acquisition(OutcomeInvalid, 0)
+		return Info{}, err
 	}
 	if req.token, err = newSecret(); err != nil {
 		return Info{}, err
@@ -126,16 +131,6 @@ func (s LockSets) Acquire(ctx context.Context, req Request) (Info, error) {
 		return Info{}, err
 	}
 	return setInfo(names, infos), nil
-}
-
-func checkSetKind(req Request) error {
-	switch {
-	case req.Permits != 0:
-		return invalidParam(ParamPermits, "a lock set takes no permits")
-	case req.Mode != "":
-		return invalidParam(ParamMode, "a lock set takes no mode")
-	}
-	return nil
 }
 
 // releaseTaken releases the locks a failed set acquisition took: those

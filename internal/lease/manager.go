@@ -179,16 +179,20 @@ type Request struct {
 	// MaxHold caps the lease's whole life, heartbeats or not (0: the
 	// Manager's MaxHold). Reaching it ends the lease as lost (max_hold).
 	MaxHold time.Duration
-	// Permits makes the request take one permit of the counting semaphore
-	// Name, which at most Permits callers hold at once (semaphore.go); 0
-	// asks for the lock Name. Semaphores and locks are separate spaces:
-	// the semaphore "x" and the lock "x" are unrelated.
+	// Permits, for Semaphores.Acquire only, is how many callers may hold
+	// the semaphore Name at once (semaphore.go).
 	Permits int
-	// Mode makes the request take the read/write lock Name, shared (one
-	// of many readers) or exclusive (its one writer); see rwlock.go. ""
-	// asks for a lock or a semaphore. Read/write locks are a space of
-	// their own too.
+	// Mode, for RWLocks.Acquire only, is the side of the read/write lock
+	// Name asked for: shared (one of many readers) or exclusive (its one
+	// writer); see rwlock.go.
 	Mode Mode
+
+	// kind is the kind asked for, stated by the API the request came
+	// through (Manager, Semaphores, RWLocks; a lock set's locks are locks)
+	// and never inferred from Permits or Mode. Kinds are separate spaces:
+	// the lock "x", the semaphore "x" and the read/write lock "x" are
+	// unrelated.
+	kind Kind
 
 	// grantID, when set, is the random part of the value every try of
 	// this request puts on the masters (one per Acquire call): a writer's
@@ -340,6 +344,12 @@ func NewManager(locker Locker, cfg Config) (*Manager, error) {
 // lock is being granted, the lock is released at once: a departed caller
 // never holds a lock.
 func (m *Manager) Acquire(ctx context.Context, req Request) (Info, error) {
+	req.kind = KindLock
+	return m.acquire(ctx, req)
+}
+
+// acquire is Acquire for a request of any kind (req.kind).
+func (m *Manager) acquire(ctx context.Context, req Request) (Info, error) {
 	start := time.Now()
 	req, err := m.normalize(req)
 	if err != nil {
@@ -435,9 +445,9 @@ func (m *Manager) tryAcquireOnce(ctx context.Context, req Request, start time.Ti
 // a reader (rwlock.go).
 func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (Info, error) {
 	switch {
-	case req.Mode == ModeShared:
+	case req.kind == KindRWLock && req.Mode == ModeShared:
 		return m.tryAcquireReader(ctx, req, fromQueue)
-	case req.Permits > 0:
+	case req.kind == KindSemaphore:
 		return m.tryAcquireSemaphore(ctx, req, fromQueue)
 	}
 	return m.tryAcquireSlot(ctx, req, 0, fromQueue)
@@ -819,7 +829,7 @@ func (m *Manager) unuseChannelLocked() {
 
 // changed tells Config.Changed that the lease of a lock started or ended.
 func (m *Manager) changed(l *lease) {
-	if m.cfg.Changed != nil && l.target().kind() == KindLock {
+	if m.cfg.Changed != nil && l.kind == KindLock {
 		m.cfg.Changed(l.name)
 	}
 }
@@ -902,7 +912,7 @@ func (m *Manager) list(kind Kind) []Info {
 	m.mu.Lock()
 	out := make([]Info, 0, len(m.leases))
 	for _, l := range m.leases {
-		if l.target().kind() == kind {
+		if l.kind == kind {
 			out = append(out, l.infoLocked(false))
 		}
 	}
@@ -985,10 +995,10 @@ func (m *Manager) normalize(req Request) (Request, error) {
 	if err := validateIdempotencyKey(req); err != nil {
 		return req, err
 	}
-	if err := m.checkPermits(req); err != nil {
+	if err := checkKindFields(req, req.kind.String()); err != nil {
 		return req, err
 	}
-	if err := checkMode(req); err != nil {
+	if err := m.checkPermits(req); err != nil {
 		return req, err
 	}
 	if req.TTL == 0 {

@@ -52,23 +52,10 @@ const (
 // every reader key on each master in one step.
 const MaxReaders = 64
 
-func checkMode(req Request) error {
-	switch req.Mode {
-	case "":
-		return nil
-	case ModeShared, ModeExclusive:
-		if req.Permits != 0 {
-			return invalidParam(ParamMode, "a read/write lock takes no permits")
-		}
-		return nil
-	}
-	return invalidParam(ParamMode, "mode %q must be %q or %q", req.Mode, ModeShared, ModeExclusive)
-}
-
 // rwKeys names the keys of the read/write lock name on the masters that a
 // reader's acquisition checks: the writer and the intent.
 func (m *Manager) rwKeys(name string) redlock.RWKeys {
-	writer := target{name: name, mode: ModeExclusive}
+	writer := target{name: name, kind: KindRWLock, mode: ModeExclusive}
 	return redlock.RWKeys{
 		Writer: m.cfg.KeyPrefix + writer.resource(0),
 		Intent: m.cfg.KeyPrefix + name + kindMark + rwIntent,
@@ -79,7 +66,7 @@ func (m *Manager) rwKeys(name string) redlock.RWKeys {
 // acquisition checks.
 func (m *Manager) writerKeys(name string) redlock.RWKeys {
 	keys := m.rwKeys(name)
-	readers := target{name: name, mode: ModeShared}
+	readers := target{name: name, kind: KindRWLock, mode: ModeShared}
 	keys.Readers = readers.slotResources(MaxReaders)
 	for i, r := range keys.Readers {
 		keys.Readers[i] = m.cfg.KeyPrefix + r
@@ -136,16 +123,13 @@ type RWLocks struct{ m *Manager }
 func (m *Manager) RWLocks() RWLocks { return RWLocks{m: m} }
 
 // rwProbe finds leases among both sides of a read/write lock.
-var rwProbe = target{mode: ModeShared}
+var rwProbe = target{kind: KindRWLock, mode: ModeShared}
 
 // Acquire takes the read/write lock req.Name in req.Mode; otherwise it is
 // Manager.Acquire.
 func (r RWLocks) Acquire(ctx context.Context, req Request) (Info, error) {
-	if req.Mode == "" {
-		r.m.obs.Acquisition(OutcomeInvalid, 0)
-		return Info{}, invalidParam(ParamMode, "mode must be %q or %q", ModeShared, ModeExclusive)
-	}
-	return r.m.Acquire(ctx, req)
+	req.kind = KindRWLock
+	return r.m.acquire(ctx, req)
 }
 
 // Extend is Manager.Extend for a reader or the writer.
@@ -178,13 +162,14 @@ func (r RWLocks) Inspect(ctx context.Context, name string) (RWStatus, error) {
 	if err := ValidateName(name); err != nil {
 		return RWStatus{}, err
 	}
-	readers := target{name: name, mode: ModeShared}
+	readers := target{name: name, kind: KindRWLock, mode: ModeShared}
+	writer := target{name: name, kind: KindRWLock, mode: ModeExclusive}
 	reads := make([]func() (Status, error), 0, MaxReaders+2)
 	for slot := 1; slot <= MaxReaders; slot++ {
 		reads = append(reads, func() (Status, error) { return r.m.inspect(ctx, readers, slot) })
 	}
 	reads = append(reads,
-		func() (Status, error) { return r.m.inspect(ctx, target{name: name, mode: ModeExclusive}, 0) },
+		func() (Status, error) { return r.m.inspect(ctx, writer, 0) },
 		func() (Status, error) { return r.m.inspectKey(ctx, name, r.m.rwKeys(name).Intent) })
 	all, err := inspectAll(reads)
 	if err != nil {

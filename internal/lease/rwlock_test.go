@@ -128,17 +128,38 @@ func TestRWLockWriterThatGivesUpLetsReadersIn(t *testing.T) {
 	}
 }
 
-func TestRWLockRefusesBadModes(t *testing.T) {
+func TestKindsRefuseOtherKindsFields(t *testing.T) {
 	f, _ := twoSidecars(t)
 	ctx := context.Background()
-	for _, req := range []lease.Request{
-		rw("x", "read"),
-		{Name: "x", Mode: lease.ModeShared, Permits: 2, TTL: time.Minute},
-		{Name: "x", TTL: time.Minute}, // RWLocks needs a mode
+	for _, c := range []struct {
+		req   lease.Request
+		param string
+	}{
+		{rw("x", "read"), lease.ParamMode},
+		{lease.Request{Name: "x", TTL: time.Minute}, lease.ParamMode}, // RWLocks needs a mode
+		{lease.Request{Name: "x", Mode: lease.ModeShared, Permits: 2, TTL: time.Minute}, lease.ParamPermits},
 	} {
 		var pe *lease.ParamError
-		if _, err := f.m.RWLocks().Acquire(ctx, req); !errors.As(err, &pe) || pe.Param != lease.ParamMode {
-			t.Errorf("%+v: %v, want a mode error", req, err)
+		if _, err := f.m.RWLocks().Acquire(ctx, c.req); !errors.As(err, &pe) || pe.Param != c.param {
+			t.Errorf("%+v: %v, want a %s error", c.req, err, c.param)
+		}
+	}
+	// A lock, a semaphore and a lock set refuse a mode; a lock and a read/write lock refuse permits.
+	for _, c := range []struct {
+		acquire func(context.Context, lease.Request) (lease.Info, error)
+		req     lease.Request
+		param   string
+	}{
+		{f.m.Acquire, rw("x", lease.ModeShared), lease.ParamMode},
+		{f.m.Semaphores().Acquire, lease.Request{Name: "x", Permits: 2, Mode: lease.ModeShared}, lease.ParamMode},
+		{f.m.LockSets().Acquire, rw("x,y", lease.ModeExclusive), lease.ParamMode},
+		{f.m.Acquire, lease.Request{Name: "x", Permits: 2}, lease.ParamPermits},
+		{f.m.Semaphores().Acquire, lease.Request{Name: "x"}, lease.ParamPermits},
+		{f.m.Semaphores().Acquire, lease.Request{Name: "x", Permits: lease.MaxPermits + 1}, lease.ParamPermits},
+	} {
+		var pe *lease.ParamError
+		if _, err := c.acquire(ctx, c.req); !errors.As(err, &pe) || pe.Param != c.param {
+			t.Errorf("%+v: %v, want a %s error", c.req, err, c.param)
 		}
 	}
 }

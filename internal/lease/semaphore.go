@@ -44,14 +44,12 @@ const MaxPermits = 64
 // those this sidecar's live holders or waiters of the name asked for.
 var ErrPermitsMismatch = errors.New("permits differ from those of this semaphore's live holders and waiters")
 
-// checkPermits validates a semaphore request's permits, and refuses those
-// that differ from the ones of this sidecar's live holders and waiters.
+// checkPermits refuses a semaphore request whose permits (in range:
+// checkKindFields) differ from the ones of this sidecar's live holders and
+// waiters.
 func (m *Manager) checkPermits(req Request) error {
-	if req.Permits == 0 {
+	if req.kind != KindSemaphore {
 		return nil
-	}
-	if req.Permits < 1 || req.Permits > MaxPermits {
-		return invalidParam(ParamPermits, "permits %d must be within [1, %d]", req.Permits, MaxPermits)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -105,29 +103,29 @@ type Semaphores struct{ m *Manager }
 // Semaphores returns the API of the Manager's semaphores.
 func (m *Manager) Semaphores() Semaphores { return Semaphores{m: m} }
 
+// semaphoreProbe finds leases among every slot a semaphore may have.
+var semaphoreProbe = target{kind: KindSemaphore, permits: MaxPermits}
+
 // Acquire takes one permit of the semaphore req.Name, which req.Permits
 // callers may hold at once; otherwise it is Manager.Acquire.
 func (s Semaphores) Acquire(ctx context.Context, req Request) (Info, error) {
-	if req.Permits == 0 {
-		s.m.obs.Acquisition(OutcomeInvalid, 0)
-		return Info{}, invalidParam(ParamPermits, "permits 0 must be within [1, %d]", MaxPermits)
-	}
-	return s.m.Acquire(ctx, req)
+	req.kind = KindSemaphore
+	return s.m.acquire(ctx, req)
 }
 
 // Extend is Manager.Extend for a permit.
 func (s Semaphores) Extend(ctx context.Context, name, token string, ttl time.Duration) (Info, error) {
-	return s.m.extend(ctx, s.m.findAmong(target{permits: MaxPermits}), name, token, ttl)
+	return s.m.extend(ctx, s.m.findAmong(semaphoreProbe), name, token, ttl)
 }
 
 // Release is Manager.Release for a permit.
 func (s Semaphores) Release(ctx context.Context, name, token string) error {
-	return s.m.release(ctx, s.m.findAmong(target{permits: MaxPermits}), name, token)
+	return s.m.release(ctx, s.m.findAmong(semaphoreProbe), name, token)
 }
 
 // Watch is Manager.Watch for a permit.
 func (s Semaphores) Watch(name, token string) (<-chan Event, func(), error) {
-	return s.m.watch(s.m.findAmong(target{permits: MaxPermits}), name, token)
+	return s.m.watch(s.m.findAmong(semaphoreProbe), name, token)
 }
 
 // SemaphoreStatus is what the masters say about a semaphore.
@@ -146,7 +144,7 @@ func (s Semaphores) Inspect(ctx context.Context, name string, permits int) (Sema
 	if permits < 1 || permits > MaxPermits {
 		return SemaphoreStatus{}, invalidParam(ParamPermits, "permits %d must be within [1, %d]", permits, MaxPermits)
 	}
-	t := target{name: name, permits: permits}
+	t := target{name: name, kind: KindSemaphore, permits: permits}
 	reads := make([]func() (Status, error), permits)
 	for i := range reads {
 		reads[i] = func() (Status, error) { return s.m.inspect(ctx, t, i+1) }

@@ -14,27 +14,54 @@ const (
 	KindRWLock                // one side of a read/write lock (rwlock.go)
 )
 
+// String is what refusals call one of the kind.
+func (k Kind) String() string {
+	switch k {
+	case KindSemaphore:
+		return "semaphore"
+	case KindRWLock:
+		return "read/write lock"
+	}
+	return "lock"
+}
+
+// checkKindFields is the one check of the fields that belong to one kind:
+// permits (within [1, MaxPermits]) to a semaphore, a mode (shared or
+// exclusive) to a read/write lock, each required there and refused
+// elsewhere. A request's kind is the API it came through (Request.kind),
+// never inferred from these fields; noun is what the refusals call what
+// was asked for (a lock set's locks are locks). The refusals name the HTTP
+// paths of the kinds that take the field, as the API's callers see them.
+func checkKindFields(req Request, noun string) error {
+	switch {
+	case req.kind != KindSemaphore && req.Permits != 0:
+		return invalidParam(ParamPermits, "a %s takes no permits; permits are a semaphore's (/semaphores/{name})", noun)
+	case req.kind != KindRWLock && req.Mode != "":
+		return invalidParam(ParamMode, "a %s takes no mode; mode is a read/write lock's (/rwlocks/{name})", noun)
+	case req.kind == KindSemaphore && (req.Permits < 1 || req.Permits > MaxPermits):
+		return invalidParam(ParamPermits, "a semaphore takes permits: an integer within [1, %d], got %d", MaxPermits, req.Permits)
+	case req.kind == KindRWLock && req.Mode != ModeShared && req.Mode != ModeExclusive:
+		return invalidParam(ParamMode, "mode must be %q or %q, got %q", ModeShared, ModeExclusive, truncateName(string(req.Mode)))
+	}
+	return nil
+}
+
 // target is what a request asks for: a lock, a permit of a semaphore of
 // permits, or a read/write lock in mode. It is the one home of the names a
 // kind's leases, queues and keys go by.
 type target struct {
 	name    string
-	permits int
-	mode    Mode
+	kind    Kind
+	permits int  // a semaphore's
+	mode    Mode // a read/write lock's side
 }
 
-func (r Request) target() target { return target{name: r.Name, permits: r.Permits, mode: r.Mode} }
+func (r Request) target() target {
+	return target{name: r.Name, kind: r.kind, permits: r.Permits, mode: r.Mode}
+}
 
-func (l *lease) target() target { return target{name: l.name, permits: l.permits, mode: l.mode} }
-
-func (t target) kind() Kind {
-	switch {
-	case t.mode != "":
-		return KindRWLock
-	case t.permits > 0:
-		return KindSemaphore
-	}
-	return KindLock
+func (l *lease) target() target {
+	return target{name: l.name, kind: l.kind, permits: l.permits, mode: l.mode}
 }
 
 // kindMark separates a name from what is derived from it. Lock names
@@ -58,7 +85,7 @@ const (
 // for a semaphore's slot, "<name>#w" for a read/write lock's writer and
 // "<name>#r<slot>" for one of its readers.
 func (t target) resource(slot int) string {
-	switch t.kind() {
+	switch t.kind {
 	case KindSemaphore:
 		return t.name + kindMark + strconv.Itoa(slot)
 	case KindRWLock:
@@ -74,7 +101,7 @@ func (t target) resource(slot int) string {
 // semaphore, and per read/write lock (readers and writers queue together,
 // first come first served).
 func (t target) queue() string {
-	switch t.kind() {
+	switch t.kind {
 	case KindSemaphore:
 		return t.name + kindMark
 	case KindRWLock:
@@ -87,7 +114,7 @@ func (t target) queue() string {
 // lock, every slot of the semaphore, or the writer and every reader of the
 // read/write lock (in either mode).
 func (t target) resources() []string {
-	switch t.kind() {
+	switch t.kind {
 	case KindSemaphore:
 		return t.slotResources(t.permits)
 	case KindRWLock:

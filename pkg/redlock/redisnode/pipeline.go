@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sidelock/sidelock/internal/starvation"
 	"github.com/sidelock/sidelock/pkg/redlock"
+	"github.com/sidelock/sidelock/pkg/redlock/starvation"
 )
 
 // Coalescing: every scripted call goes through a pipeliner. A caller that
@@ -116,7 +116,7 @@ type pipeliner struct {
 	// the sidecar stays starved, a hung master's timeouts stay overload:
 	// nothing here can tell them apart.)
 	healthy atomic.Bool
-	// probe tells the sidecar's delays from the master's (internal/starvation);
+	// probe tells the sidecar's delays from the master's (package starvation);
 	// lastSent is its reading when the latest batch was sent.
 	probe    *starvation.Probe
 	lastSent atomic.Pointer[starvation.Reading]

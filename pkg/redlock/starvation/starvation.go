@@ -1,7 +1,9 @@
 // Package starvation tells this process's own delays from a remote's: it
 // reads the Go runtime's scheduling latencies, so a timeout that happened
 // while goroutines waited long to run can be blamed on the sidecar (local
-// overload) rather than on the master it was waiting for.
+// overload) rather than on the master it was waiting for. It is public,
+// beside package redlock, because package redisnode judges its calls with
+// it (and the sidecar's health checks too).
 package starvation
 
 import (
