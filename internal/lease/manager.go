@@ -370,7 +370,7 @@ func (m *Manager) acquire(ctx context.Context, req Request) (Info, error) {
 			return Info{}, err
 		}
 	}
-	if req.target().kind() == KindLock {
+	if req.kind == KindLock {
 		// A lock another sidecar only lingers on is asked for, and its
 		// release announced, on this sidecar's channel (tenure.go).
 		m.mu.Lock()
@@ -515,7 +515,7 @@ func (m *Manager) tryAcquireSlot(ctx context.Context, req Request, slot int, fro
 // plainLock tells whether req's keys may make a tenure that outlives its
 // lease (tenure.go): a plain lock's, not a lock set's.
 func (m *Manager) plainLock(req Request) bool {
-	return req.target().kind() == KindLock && req.token == ""
+	return req.kind == KindLock && req.token == ""
 }
 
 // acquireAdmitted runs l's acquisition round once the admission gate lets

@@ -113,7 +113,7 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 	}
 	for outage := 0; ; {
 		m.mu.Lock()
-		q.marked = q.marked || req.target().kind() == KindLock
+		q.marked = q.marked || req.kind == KindLock
 		m.mu.Unlock()
 		info, err := m.tryAcquire(ctx, req, true)
 		pause, timerSource, again := m.nextTry(err, outage)

@@ -458,6 +458,11 @@ const (
 	// fence with no round, for one round per block; fences are µs since the
 	// epoch, and a block takes 64 of them.
 	DefaultFenceBlock = 64
+	// DefaultLinger is the linger the settings table proposes
+	// (SIDELOCK_LINGER; lease.Config.Linger's zero is none): long enough
+	// to bridge a caller that takes a lock again after a short piece of
+	// work, short beside the key ttl (docs/performance.md).
+	DefaultLinger = 20 * time.Millisecond
 	// MaxFenceBlock bounds Config.FenceBlock: a block reserves fences on
 	// the masters' counter, which stays far below 2^53 and near their
 	// clock in µs (docs/fencing.md).

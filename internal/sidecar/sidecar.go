@@ -158,6 +158,7 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (_ *Sidecar, er
 		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
 		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold, MaxLocks: cfg.MaxLocks, MaxWaiters: cfg.MaxWaiters, MaxWaitersPerName: cfg.MaxWaitersPerName,
 		NoQuorumRetry: cfg.NoQuorumRetry, QuorumUp: func() bool { return s.checker.Report().Ready }, Observer: obs, Logger: s.log,
+		FenceBlock: cfg.FenceBlock, Linger: cfg.Linger, NoWaiterMarks: !cfg.WaiterMarks, FenceRetention: cfg.FenceRetention,
 		// Leases start and end only once the API serves, after s.watches
 		// is set below.
 		Changed: func(name string) { s.watches.Changed(name) },
