@@ -225,10 +225,10 @@ type Info struct {
 	// hold of the keys, which several leases of one lock may share, one
 	// after another (tenure.go). Not a token, and not published by the
 	// API: tests match it to what the masters hold.
-	Tenure string
-	Permits        int       // a semaphore's permits (0 for a lock)
-	Slot           int       // the slot held: 1..Permits for a semaphore, 1..MaxReaders for a reader, else 0
-	Mode           Mode      // a read/write lock's side ("" for locks and semaphores)
+	Tenure  string
+	Permits int  // a semaphore's permits (0 for a lock)
+	Slot    int  // the slot held: 1..Permits for a semaphore, 1..MaxReaders for a reader, else 0
+	Mode    Mode // a read/write lock's side ("" for locks and semaphores)
 	// Locks are a lock set's locks, by name (each with its own fence and
 	// validity); the set's ValidUntil is the earliest of theirs.
 	Locks []Info
@@ -273,8 +273,8 @@ type Manager struct {
 
 	mu       sync.Mutex
 	closing  bool
-	leases   map[string]*lease        // live leases by resource (target.resource)
-	tenures  map[string]*tenure       // held keys by resource (tenure.go)
+	leases   map[string]*lease    // live leases by resource (target.resource)
+	tenures  map[string]*tenure   // held keys by resource (tenure.go)
 	letting  map[string][]letting // keys being released, by target.queue (tenure.go)
 	awaiting map[string][]chan struct{}
 	pending  map[string]struct{} // resources being acquired right now

@@ -36,6 +36,9 @@ type sidecarConfig struct {
 	MastersPersistent bool
 	RestartGuard      time.Duration
 	NoQuorumRetry     time.Duration
+	FenceBlock        int
+	Linger            time.Duration
+	WaiterMarks       bool
 }
 
 func configFor(p params) sidecarConfig {
@@ -44,6 +47,7 @@ func configFor(p params) sidecarConfig {
 		DefaultTTL: 10 * time.Second, MaxTTL: p.MaxTTL, KeyTTL: p.KeyTTL, MaxWait: p.MaxWait, MaxHold: p.MaxHold,
 		Fencing: true, FenceRetention: time.Hour, HealthInterval: p.HealthInterval, HealthInfoMaxAge: p.InfoMaxAge,
 		ShutdownTimeout: 5 * time.Second, NoQuorumRetry: 250 * time.Millisecond,
+		FenceBlock: p.FenceBlock, Linger: p.Linger, WaiterMarks: !p.NoWaiterMarks,
 	}
 }
 
@@ -156,6 +160,7 @@ func (s *slot) start() (*sidecar, error) {
 		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
 		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold,
 		NoQuorumRetry: cfg.NoQuorumRetry, QuorumUp: func() bool { return checker.Report().Ready }, Logger: log,
+		FenceBlock: cfg.FenceBlock, Linger: cfg.Linger, NoWaiterMarks: !cfg.WaiterMarks, FenceRetention: cfg.FenceRetention,
 	})
 	if err != nil {
 		return nil, err
