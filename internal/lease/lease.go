@@ -422,6 +422,9 @@ func (m *Manager) logAcquisition(req Request, info Info, err error, elapsed time
 	}
 	outcome := outcomeOf(err)
 	attrs := []any{"name", req.Name, "owner", req.Owner, "outcome", string(outcome), "elapsed", elapsed.Round(time.Microsecond)}
+	if req.rounds != nil && req.kind == KindLock {
+		attrs = append(attrs, "rounds", *req.rounds) // to the masters: 0 when granted on keys this sidecar held
+	}
 	switch outcome {
 	case OutcomeAcquired:
 		m.log.Debug("lock acquired", append(attrs, "fence", info.Fence, "valid_until", info.ValidUntil, "hold", req.Hold)...)

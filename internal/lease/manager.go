@@ -207,6 +207,19 @@ type Request struct {
 	// when a refusal leaves a mark (a waiting caller's deadline).
 	arrival   int64
 	markUntil time.Time
+	// keepOnIdle: a try refused by a sidecar that only lingers on the lock
+	// keeps what it took, to try again with the same value (grantID).
+	keepOnIdle bool
+	// rounds, when set, counts the rounds to the masters the acquisition
+	// made (for its debug log line).
+	rounds *int
+}
+
+// countRounds adds n rounds to the acquisition's count.
+func (r Request) countRounds(n int) {
+	if r.rounds != nil {
+		*r.rounds += n
+	}
 }
 
 // Info describes a lease held through this sidecar.
@@ -370,6 +383,8 @@ func (m *Manager) acquire(ctx context.Context, req Request) (Info, error) {
 			return Info{}, err
 		}
 	}
+	rounds := 0
+	req.rounds = &rounds
 	if req.kind == KindLock {
 		// A lock another sidecar only lingers on is asked for, and its
 		// release announced, on this sidecar's channel (tenure.go).
@@ -407,15 +422,26 @@ func (m *Manager) acquire(ctx context.Context, req Request) (Info, error) {
 func (m *Manager) tryAcquireOnce(ctx context.Context, req Request, start time.Time) (Info, error) {
 	budgetEnd := start.Add(m.cfg.NoQuorumRetry)
 	req.arrival = start.UnixMicro()
-	revoked := false
+	if req.kind == KindLock && req.grantID == "" {
+		// Every try puts the same value on the masters: a try refused by a
+		// sidecar that only lingers keeps what it took, and the next one
+		// takes the rest, with no round to undo the first in between.
+		var err error
+		if req.grantID, err = newSecret(); err != nil {
+			return Info{}, err
+		}
+		req.keepOnIdle = true
+	}
 	awaitRelease, done := m.expectRelease(req.target().resource(0))
 	defer done()
 	for {
 		info, err := m.tryAcquire(ctx, req, false)
 		var held *HeldError
-		if errors.As(err, &held) && held.Idle && !revoked {
-			revoked = true
+		if errors.As(err, &held) && held.Idle && req.keepOnIdle {
+			req.keepOnIdle = false // one more try, which releases what it took if refused
 			if err := awaitRelease(ctx, held.IdleOn, min(held.IdleFor, MaxRevokeWait)+expirySlack); err != nil {
+				key := m.cfg.KeyPrefix + req.target().resource(0)
+				_ = m.locker.ReleaseTenure(context.WithoutCancel(ctx), key, masterValue(req.grantID, req.Owner), redlock.WaiterMark{Sidecar: m.id}, "")
 				return Info{}, err
 			}
 			continue
@@ -564,11 +590,12 @@ func (m *Manager) take(ctx context.Context, l *lease, req Request) error {
 		mark = redlock.WaiterMark{TTL: m.markTTL(req.markUntil, time.Now())}
 	}
 	treq := m.takeRequest(l, t, mark)
-	treq.Mark.Arrival = req.arrival
+	treq.Mark.Arrival, treq.KeepOnIdle = req.arrival, req.keepOnIdle
 	if !t.plain {
 		treq.Block = 1
 	}
 	got, err := m.locker.Take(ctx, treq)
+	req.countRounds(max(1, got.Rounds))
 	if errors.Is(err, redlock.ErrTenureUnsupported) {
 		t.plain = false
 		var grant redlock.Grant
