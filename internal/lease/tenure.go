@@ -311,7 +311,18 @@ func (t *tenure) letGoLocked(mark redlock.WaiterMark) {
 		if renewing != nil {
 			<-renewing // a renewal in flight could put a key back after the release
 		}
-		err := t.m.locker.ReleaseTenure(context.Background(), t.key, t.value, mark, replyTo)
+		// Off the caller's path, a release that missed its quorum (a
+		// slow or starved master) can afford to try again: else the keys
+		// would block the lock until they lapse.
+		var err error
+		for try := range releaseTries {
+			if try > 0 {
+				time.Sleep(jitter(retryLo, retryHi))
+			}
+			if err = t.m.locker.ReleaseTenure(context.Background(), t.key, t.value, mark, replyTo); err == nil {
+				break
+			}
+		}
 		if err != nil {
 			t.m.log.Warn("release did not reach a quorum; keys lapse after their ttl", "name", t.res, "err", err)
 		}
@@ -511,6 +522,10 @@ func (c Config) recordRefresh() time.Duration { return c.FenceRetention / 4 }
 func (m *Manager) markTTL(deadline, now time.Time) time.Duration {
 	return max(time.Millisecond, min(markLife, deadline.Sub(now)))
 }
+
+// releaseTries is how many rounds a release in the background makes
+// before it leaves the keys to lapse.
+const releaseTries = 3
 
 // maxAnnouncements buffers the release announcements one try may wait
 // for: one per master of a quorum group, far more than any group has.

@@ -112,8 +112,9 @@ type Tenure struct {
 	Rounds int
 }
 
-// Take takes req.Key for req.Value, as Acquire does (or HandOver, with
-// req.From), reserving a block of req.Block fences, under the mark rule.
+// Take takes req.Key for req.Value, as Acquire does (or, with req.From,
+// in place of the value From: a hand-over, never free in between),
+// reserving a block of req.Block fences, under the mark rule.
 // On failure it has released the key everywhere (its marks stay) and
 // returns what Acquire would: a *HeldError (which says whether the holder
 // only lingers, or an older waiter's mark refused it), an error matching

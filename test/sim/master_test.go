@@ -542,17 +542,6 @@ func (l *link) AcquireProposed(ctx context.Context, key, fenceKey, value string,
 	return p, nil
 }
 
-func (l *link) HandOver(ctx context.Context, key, fenceKey, from, to string, ttl time.Duration, proposal int64, retention time.Duration) (redlock.Proposal, error) {
-	var p redlock.Proposal
-	if err := l.do(ctx, "acquire", []string{key}, func() (e error) {
-		p, e = l.m.mem.HandOver(bg, key, fenceKey, from, to, ttl, proposal, retention)
-		return e
-	}); err != nil {
-		return redlock.Proposal{}, err
-	}
-	return p, nil
-}
-
 func (l *link) WithdrawProposal(ctx context.Context, key, fenceKey, value string, proposal, prev int64, retention time.Duration) (bool, error) {
 	var ok bool
 	if err := l.do(ctx, "release", []string{key}, func() (e error) {

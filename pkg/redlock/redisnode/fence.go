@@ -27,8 +27,6 @@ var (
 	acquireProposedSrc string
 	//go:embed withdraw_proposal.lua
 	withdrawProposalSrc string
-	//go:embed hand_over.lua
-	handOverSrc string
 
 	acquireFencedScript    = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireFencedSrc)
 	commitFenceScript      = redis.NewScript(commitFenceSrc)
@@ -36,13 +34,11 @@ var (
 	acquireCommittedScript = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireCommittedSrc)
 	acquireProposedScript  = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireProposedSrc)
 	withdrawProposalScript = redis.NewScript(withdrawProposalSrc)
-	handOverScript         = redis.NewScript(fenceFloorSrc + takeKeySrc + handOverSrc + acquireProposedSrc)
 )
 
 var (
 	_ redlock.Fencer         = (*Node)(nil)
 	_ redlock.OneRoundFencer = (*Node)(nil)
-	_ redlock.HandOverer     = (*Node)(nil)
 )
 
 // AcquireFenced implements redlock.Fencer.
@@ -79,12 +75,6 @@ func (n *Node) AcquireCommitted(ctx context.Context, key, fenceKey, value string
 func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (redlock.Proposal, error) {
 	reply, err := n.pipe.run(ctx, acquireProposedScript, []string{key, fenceKey}, value, milliseconds(ttl), proposal, milliseconds(retention)).Int64Slice()
 	return n.proposal(ctx, "acquire", reply, err)
-}
-
-// HandOver implements redlock.HandOverer.
-func (n *Node) HandOver(ctx context.Context, key, fenceKey, from, to string, ttl time.Duration, proposal int64, retention time.Duration) (redlock.Proposal, error) {
-	reply, err := n.pipe.run(ctx, handOverScript, []string{key, fenceKey}, to, milliseconds(ttl), proposal, milliseconds(retention), from).Int64Slice()
-	return n.proposal(ctx, "hand over", reply, err)
 }
 
 // proposal reads an acquire_proposed.lua reply.
