@@ -891,17 +891,19 @@ func (m *Manager) inspectKey(ctx context.Context, name, key string) (Status, err
 		}
 		return Status{}, err
 	}
-	st := Status{Name: name, Held: h.Held && !h.Idle}
-	if !st.Held {
-		return st, nil
+	if !h.Held {
+		return Status{Name: name}, nil
 	}
-	st.ValidUntil = h.ValidUntil
+	st := Status{Name: name, Held: !h.Idle, ValidUntil: h.ValidUntil, Fence: h.Fence}
 	st.Grant, st.Owner, _ = strings.Cut(h.Value, ":")
-	st.Fence = h.Fence
 	if h.Recorded {
 		st.Grant, st.Owner = h.Grant, h.Owner
 	}
-	return m.knownHolder(st, key, h.Value), nil
+	st = m.knownHolder(st, key, h.Value)
+	if !st.Held {
+		return Status{Name: name}, nil
+	}
+	return st, nil
 }
 
 // knownHolder is st as this sidecar knows it when it holds key under
@@ -923,9 +925,9 @@ func (m *Manager) knownHolder(st Status, key, value string) Status {
 	}
 	switch l := t.lease; {
 	case l != nil:
-		st.Grant, st.Owner, st.Fence = l.grantID, l.owner, l.fence
+		st.Held, st.Grant, st.Owner, st.Fence = true, l.grantID, l.owner, l.fence
 	case t.state == tenureLingering:
-		return Status{Name: st.Name}
+		st.Held = false
 	}
 	return st
 }

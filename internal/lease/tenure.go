@@ -239,6 +239,13 @@ func (t *tenure) writeNotes() {
 			m.mu.Unlock()
 			return
 		}
+		if wait := time.Until(t.notes.lastSent.Add(noteSpacing)); wait > 0 && t.state == tenureHolding {
+			// Hand-overs in a row: a note per spacing, not per hand-over
+			// (an idle note goes at once: others may want the lock).
+			m.mu.Unlock()
+			time.Sleep(wait)
+			continue
+		}
 		t.notes.dirty = false
 		t.notes.seq++
 		rec := t.recordLocked()
@@ -526,6 +533,12 @@ func (m *Manager) markTTL(deadline, now time.Time) time.Duration {
 // releaseTries is how many rounds a release in the background makes
 // before it leaves the keys to lapse.
 const releaseTries = 3
+
+// noteSpacing is the least time between two holder notes of a tenure
+// while callers of the pod take it in turns: a note is a round to the
+// masters, which a hand-over inside the pod exists to spare; another
+// pod's GET then names the holder within it plus a round.
+const noteSpacing = 10 * time.Millisecond
 
 // maxAnnouncements buffers the release announcements one try may wait
 // for: one per master of a quorum group, far more than any group has.
