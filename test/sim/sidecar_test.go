@@ -132,8 +132,12 @@ func (s *slot) start() (*sidecar, error) {
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
 	// buildGroups: one Locker per group.
+	now := time.Now // a skewed clock keeps its monotonic reading: durations are true
+	if w.p.LagBy != 0 && s.idx == w.p.LagSidecar {
+		now = func() time.Time { return time.Now().Add(w.p.LagBy) }
+	}
 	locker, err := redlock.New(nodes, redlock.Config{
-		NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor, Fencing: cfg.Fencing, FenceRetention: cfg.FenceRetention,
+		NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor, Fencing: cfg.Fencing, FenceRetention: cfg.FenceRetention, Now: now,
 	})
 	if err != nil {
 		return nil, err

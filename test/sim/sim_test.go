@@ -258,6 +258,9 @@ func drawParams(seed uint64, simTime time.Duration) params {
 	p.FenceBlock = []int{1, 2, 4, 64, 64}[r.IntN(5)]
 	p.Linger = []time.Duration{0, 20 * time.Millisecond, p.KeyTTL / 10}[r.IntN(3)]
 	p.NoWaiterMarks = r.IntN(6) == 0
+	if r.IntN(3) == 0 {
+		p.LagSidecar, p.LagBy = r.IntN(p.Sidecars), -10*time.Minute
+	}
 	p.SimTime = simTime
 	return p
 }

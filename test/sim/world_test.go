@@ -40,6 +40,12 @@ type params struct {
 	FenceBlock    int
 	Linger        time.Duration
 	NoWaiterMarks bool
+	// LagSidecar, when LagBy is not 0, is a sidecar whose Redlock clock
+	// (the fence proposals it makes) runs LagBy behind: its proposals fall
+	// below the masters' floors, and its grants' blocks come from the
+	// commit round, from the counters alone.
+	LagSidecar int
+	LagBy      time.Duration
 
 	SimTime time.Duration
 }
@@ -57,7 +63,14 @@ func (p params) String() string {
 	}
 	return fmt.Sprintf("masters=%d (durable: %s) sidecars=%d callers/sidecar=%d names=%d key_ttl=%v max_ttl=%v max_hold=%v health_interval=%v info_max_age=%v node_timeout=%v drift=%.3f (max rate error %.4f) fence_block=%d linger=%v waiter_marks=%v sim_time=%v",
 		p.Masters, ds, p.Sidecars, p.Callers, p.Names, p.KeyTTL, p.MaxTTL, p.MaxHold, p.HealthInterval, p.InfoMaxAge, p.NodeTimeout, p.DriftFactor, p.MaxDriftRate,
-		p.FenceBlock, p.Linger, !p.NoWaiterMarks, p.SimTime)
+		p.FenceBlock, p.Linger, !p.NoWaiterMarks, p.SimTime) + p.lagString()
+}
+
+func (p params) lagString() string {
+	if p.LagBy == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (sidecar %d's Redlock clock %v behind)", p.LagSidecar+1, p.LagBy)
 }
 
 // defaultParams are the scenarios' settings: cmd/sidelock's defaults
