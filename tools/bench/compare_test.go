@@ -56,6 +56,9 @@ func BenchmarkUncontended(b *testing.B) {
 			// The platform below the floor: its HTTP exchange alone, its Redis calls alone.
 			b.Run("masters=3/nethttp", func(b *testing.B) { uncontendedHTTP(b, tcpClient(), newHTTPOnly(b).URL) })
 			b.Run("masters=3/goredis", func(b *testing.B) { goredisPairs(b, nodes) })
+			b.Run("masters=3/floor-release-after", func(b *testing.B) {
+				uncontendedHTTP(b, tcpClient(), newFloorReleasingAfter(b, nodes).URL)
+			})
 		}
 		b.Run(fmt.Sprintf("masters=%d/redsync", n), func(b *testing.B) {
 			rs := redsyncFor(b, nodes)

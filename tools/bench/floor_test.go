@@ -43,6 +43,15 @@ func newFloor(b *testing.B, nodes []redlock.Node) *httptest.Server {
 	return srv
 }
 
+// newFloorReleasingAfter is newFloor whose DELETE answers before its
+// release round (issue 30, item 2: what a release off the caller's path
+// can gain at the floor).
+func newFloorReleasingAfter(b *testing.B, nodes []redlock.Node) *httptest.Server {
+	srv := httptest.NewServer(floor.HandlerReleasingAfter(floor.NewLocker(floorClients(b, nodes), "floor-ra:")))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
 // newHTTPOnly serves the floor's routes with no Redis.
 func newHTTPOnly(b *testing.B) *httptest.Server {
 	srv := httptest.NewServer(floor.HTTPOnly())

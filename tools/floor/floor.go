@@ -163,6 +163,19 @@ func Handler(l *Locker) http.Handler {
 		func(r *http.Request, name, token string) error { return l.Release(r.Context(), name, token) })
 }
 
+// HandlerReleasingAfter is Handler whose DELETE answers before its
+// release round, which then runs on a goroutine of its own: the floor of
+// a "release off the caller's path" (issue 30, item 2), for the question
+// of what that can gain on this platform.
+func HandlerReleasingAfter(l *Locker) http.Handler {
+	return routes(
+		func(r *http.Request, name string) (string, int64, error) { return l.Acquire(r.Context(), name) },
+		func(_ *http.Request, name, token string) error {
+			go func() { _ = l.Release(context.Background(), name, token) }()
+			return nil
+		})
+}
+
 // HTTPOnly serves the same routes and bodies with no Redis: the floor of
 // the HTTP exchange alone.
 func HTTPOnly() http.Handler {

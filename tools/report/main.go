@@ -107,6 +107,7 @@ var targets = []target{
 	{"  the platform: go-redis alone (the floor's scripts, no HTTP) CPU per pair / floor program's", ratio(cpu("goredis"), "client-cpu-µs/pair", cpu("floor-process"), sidecarCPU), true, noBound, "×"},
 	{"  the platform: HTTP exchange alone, pair p50 / floor program's", ratio(unc(3, "nethttp"), "p50-µs", unc(3, "floor"), "p50-µs"), true, noBound, "×"},
 	{"  the platform: go-redis alone, pair p50 / floor program's", ratio(unc(3, "goredis"), "p50-µs", unc(3, "floor"), "p50-µs"), true, noBound, "×"},
+	{"  item 2 at the floor: DELETE answered before its release round, pair p50 / floor program's", ratio(unc(3, "floor-release-after"), "p50-µs", unc(3, "floor"), "p50-µs"), true, noBound, "×"},
 }
 
 // con is a variant of BenchmarkContention16.

@@ -108,6 +108,9 @@ func Run(t *testing.T, newNode func(t *testing.T) redlock.Node) {
 		{"TenureUnfenced", testTenureUnfenced},
 		// Skipped for nodes that do not implement redlock.BatchExtender.
 		{"ExtendManyIsExtendForEach", testExtendMany},
+		// Skipped for nodes that do not implement redlock.BatchReleaser or BatchProposer.
+		{"ReleaseManyIsReleaseForEach", testReleaseMany},
+		{"AcquireProposedManyIsAcquireProposedForEach", testAcquireProposedMany},
 		// Skipped for nodes that do not implement redlock.MemberRecorder.
 		{"MembersRecorded", testMembersRecorded},
 		{"MembersTwoListsLive", testMembersTwoListsLive},

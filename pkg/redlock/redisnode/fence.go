@@ -73,7 +73,7 @@ func (n *Node) AcquireCommitted(ctx context.Context, key, fenceKey, value string
 
 // AcquireProposed implements redlock.OneRoundFencer.
 func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (redlock.Proposal, error) {
-	reply, err := n.pipe.run(ctx, acquireProposedScript, []string{key, fenceKey}, value, milliseconds(ttl), proposal, milliseconds(retention)).Int64Slice()
+	reply, err := n.pipe.run(ctx, acquireProposedScript, []string{key, fenceKey}, proposedArgs(value, ttl, proposal, retention)...).Int64Slice()
 	return n.proposal(ctx, "acquire", reply, err)
 }
 

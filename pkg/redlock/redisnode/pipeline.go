@@ -184,6 +184,9 @@ func unqueued(ctx context.Context, err error) error {
 // (ctx ends) or when it is due to be sent (sendBy) leaves the queue, so it
 // is never sent for nobody.
 func (p *pipeliner) await(c *call) *redis.Cmd {
+	if answered(c) { // sent by its own caller (drive): no timer needed
+		return c.cmd
+	}
 	var sendBy <-chan time.Time
 	if !c.sendBy.IsZero() {
 		t := time.NewTimer(time.Until(c.sendBy))
@@ -451,19 +454,34 @@ func (p *pipeliner) send(ctx context.Context, slot int, batch []*call) []*redis.
 		c := batch[0]
 		return []*redis.Cmd{p.client.EvalSha(ctx, c.script.Hash(), c.keys, c.args...)}
 	}
+	groups, merged := mergeBatch(batch) // see batchscripts.go
 	pipe := p.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
+	many := make(map[int]*redis.Cmd, len(groups))
 	for i, c := range batch {
-		cmds[i] = pipe.EvalSha(ctx, c.script.Hash(), c.keys, c.args...)
+		switch {
+		case len(groups[i]) > 0:
+			many[i] = queueMerged(ctx, pipe, batch, groups[i])
+		case merged == nil || !merged[i]:
+			cmds[i] = pipe.EvalSha(ctx, c.script.Hash(), c.keys, c.args...)
+		}
 	}
 	// Exec reports the first failed command; a connection failure (dial,
 	// auth, timeout) may leave commands without an error of their own.
 	if _, err := pipe.Exec(ctx); err != nil {
 		for _, cmd := range cmds {
+			if cmd != nil && cmd.Err() == nil && cmd.Val() == nil {
+				cmd.SetErr(err)
+			}
+		}
+		for _, cmd := range many {
 			if cmd.Err() == nil && cmd.Val() == nil {
 				cmd.SetErr(err)
 			}
 		}
+	}
+	for i, cmd := range many {
+		splitMerged(ctx, cmd, groups[i], cmds)
 	}
 	return cmds
 }
@@ -476,6 +494,9 @@ func (p *pipeliner) reload(ctx context.Context, slot int, batch []*call, retry [
 		if s := batch[i].script; !loaded[s] {
 			loaded[s] = true
 			_ = s.Load(ctx, p.client).Err()
+			if f, ok := manyForms[s]; ok { // its calls may have been merged
+				_ = f.script.Load(ctx, p.client).Err()
+			}
 		}
 	}
 	for j, cmd := range p.send(ctx, slot, again) {

@@ -34,6 +34,7 @@ func run() error {
 	listen := flag.String("listen", "127.0.0.1:0", "address to serve on")
 	httpOnly := flag.Bool("http-only", false, "answer without Redis: the HTTP exchange alone")
 	prefix := flag.String("prefix", "floor:", "key prefix on the masters")
+	releaseAfter := flag.Bool("release-after", false, "answer DELETE before its release round (issue 30, item 2)")
 	flag.Parse()
 	handler := floor.HTTPOnly()
 	if !*httpOnly {
@@ -47,6 +48,9 @@ func run() error {
 			clients = append(clients, c)
 		}
 		handler = floor.Handler(floor.NewLocker(clients, *prefix))
+		if *releaseAfter {
+			handler = floor.HandlerReleasingAfter(floor.NewLocker(clients, *prefix))
+		}
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
