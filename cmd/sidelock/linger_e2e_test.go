@@ -2,9 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 )
@@ -13,20 +10,7 @@ import (
 // (sidelock_master_calls_total over every master).
 func masterCalls(t *testing.T, s *sidecar) float64 {
 	t.Helper()
-	res, err := http.Get(s.admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	var sum float64
-	for _, line := range strings.Split(string(raw), "\n") {
-		if strings.HasPrefix(line, "sidelock_master_calls_total{") {
-			var f float64
-			fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &f)
-			sum += f
-		}
-	}
+	sum, _ := metricSum(t, s, "sidelock_master_calls_total{")
 	return sum
 }
 

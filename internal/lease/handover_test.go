@@ -205,10 +205,7 @@ func TestAWaiterOfAnotherSidecarIsServedInItsTurn(t *testing.T) {
 	other, _ := sidecarOver(t, f, 3*time.Second, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	type grant struct {
-		asked, at time.Time
-		remote    bool
-	}
+	type grant struct{ asked, at time.Time }
 	var mu sync.Mutex
 	var grants []grant
 	var wg sync.WaitGroup

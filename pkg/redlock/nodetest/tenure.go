@@ -361,7 +361,6 @@ func testTenureRelease(t *testing.T, s *suite) {
 	n := s.tenure(t)
 	c := s.watch(t, s.key)
 	s.prime(t, s.key, c)
-	base := c.count()
 	mark := redlock.WaiterMark{Sidecar: "s1", Arrival: 42, TTL: longTTL}
 	replies := s.watchMessages(t, n, "ch-s9", func() {
 		if _, err := n.ReleaseTenure(s.ctx, s.tkeys(), "nobody", redlock.WaiterMark{Sidecar: "x"}, "ch-s9"); err != nil {
@@ -372,7 +371,7 @@ func testTenureRelease(t *testing.T, s *suite) {
 			t.Fatal(err)
 		}
 	})
-	base = c.count()
+	base := c.count()
 	s.take(t, n, takeArgs("A", "s1", 1, 4))
 	if ok, err := n.ReleaseTenure(s.ctx, s.tkeys(), "A", mark, "ch-s9"); err != nil || !ok {
 		t.Fatalf("ReleaseTenure: %v %v", ok, err)

@@ -17,6 +17,8 @@ var (
 	fenceFloorSrc string
 	//go:embed acquire_fenced.lua
 	acquireFencedSrc string
+	//go:embed raise_counter.lua
+	raiseCounterSrc string
 	//go:embed commit_fence.lua
 	commitFenceSrc string
 	//go:embed get_fenced.lua
@@ -29,7 +31,7 @@ var (
 	withdrawProposalSrc string
 
 	acquireFencedScript    = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireFencedSrc)
-	commitFenceScript      = redis.NewScript(commitFenceSrc)
+	commitFenceScript      = redis.NewScript(raiseCounterSrc + commitFenceSrc)
 	getFencedScript        = redis.NewScript(getFencedSrc)
 	acquireCommittedScript = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireCommittedSrc)
 	acquireProposedScript  = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireProposedSrc)
