@@ -2,7 +2,6 @@ package examples_test
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -12,30 +11,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/httpapi"
-	"github.com/sidelock/sidelock/internal/lease"
-	"github.com/sidelock/sidelock/pkg/redlock"
-	"github.com/sidelock/sidelock/pkg/redlock/memnode"
+	"github.com/sidelock/sidelock/internal/config"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 )
 
 // sidecar serves the lock API over in-memory masters, as dev mode does.
 func sidecar(t *testing.T) string {
-	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
-	locker, err := redlock.New(nodes, redlock.Config{Fencing: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "ex:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	core := inprocess.Start(t, inprocess.Options{Config: func(c *config.Config) { c.KeyPrefix, c.MaxWait = "ex:", time.Minute }})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: httpapi.NewServer(slog.New(slog.DiscardHandler), m, nil)}
+	srv := &http.Server{Handler: core.Handler()}
 	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close(); m.Close(context.Background()) })
+	t.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String()
 }
 

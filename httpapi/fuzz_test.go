@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/httpapi"
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/lease"
-	"github.com/sidelock/sidelock/pkg/redlock"
-	"github.com/sidelock/sidelock/pkg/redlock/memnode"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 )
 
 // fuzzTarget is the lock API over in-memory masters, with one lock held
@@ -24,18 +24,13 @@ type fuzzTarget struct {
 }
 
 func newFuzzTarget(t testing.TB) *fuzzTarget {
-	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
-	locker, _ := redlock.New(nodes, redlock.Config{})
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "f:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(context.Background()) })
+	core := inprocess.Start(t, inprocess.Options{Config: func(c *config.Config) { c.KeyPrefix, c.MaxWait = "f:", 0 }})
+	m := core.Leases()
 	in, err := m.Acquire(context.Background(), lease.Request{Name: "guarded", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fuzzTarget{h: httpapi.NewServer(discardLogger(), m, nil), m: m, token: in.Token}
+	return &fuzzTarget{h: core.Handler(), m: m, token: in.Token}
 }
 
 // serve runs one request and checks the invariants every answer keeps.

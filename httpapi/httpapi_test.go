@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,33 +10,29 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/httpapi"
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/lease"
-	"github.com/sidelock/sidelock/pkg/redlock"
-	"github.com/sidelock/sidelock/pkg/redlock/memnode"
+	"github.com/sidelock/sidelock/internal/sidecar"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 )
 
-// newManager is a lease manager over three in-memory masters, closed
-// when the test ends.
-func newManager(t testing.TB) *lease.Manager {
+// newCore is a sidecar assembled in process over three in-memory masters,
+// closed when the test ends.
+func newCore(t testing.TB) *sidecar.Core {
 	t.Helper()
-	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
-	locker, err := redlock.New(nodes, redlock.Config{Fencing: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "t:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(context.Background()) })
-	return m
+	return inprocess.Start(t, inprocess.Options{Config: func(c *config.Config) {
+		c.KeyPrefix, c.MaxWait = "t:", time.Minute
+	}})
 }
 
-// newAPI serves the lock API over three in-memory masters.
+// newManager is the lease manager of a sidecar over three in-memory
+// masters.
+func newManager(t testing.TB) *lease.Manager { return newCore(t).Leases() }
+
+// newAPI serves the lock API of a sidecar over three in-memory masters.
 func newAPI(t testing.TB) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(httpapi.NewServer(discardLogger(), newManager(t), nil))
+	srv := httptest.NewServer(newCore(t).Handler())
 	t.Cleanup(srv.Close)
 	return srv
 }

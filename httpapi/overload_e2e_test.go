@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,9 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/httpapi"
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/sidecar"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )
@@ -66,17 +67,15 @@ func realAPIWithin(t *testing.T, servers []*redistest.Server, obs lease.Observer
 		t.Cleanup(func() { _ = n.Close() })
 		nodes[i] = n
 	}
-	locker, err := redlock.New(nodes, redlock.Config{NodeTimeout: nodeTimeout, Fencing: true})
-	if err != nil {
-		t.Fatal(err)
+	var opts []sidecar.Option
+	if obs != nil {
+		opts = append(opts, sidecar.WithLeaseObserver(func(lease.Observer) lease.Observer { return obs }))
 	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "t:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second,
-		MaxTTL: time.Hour, MaxWait: time.Minute, NoQuorumRetry: 250 * time.Millisecond, Observer: obs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(httpapi.NewServer(discardLogger(), m, nil))
-	t.Cleanup(func() { srv.Close(); _ = m.Close(context.Background()) })
+	core := inprocess.Start(t, inprocess.Options{Nodes: nodes, Sidecar: opts, Config: func(c *config.Config) {
+		c.KeyPrefix, c.NodeTimeout, c.MaxWait, c.NoQuorumRetry = "t:", nodeTimeout, time.Minute, 250*time.Millisecond
+	}})
+	srv := httptest.NewServer(core.Handler())
+	t.Cleanup(srv.Close)
 	return srv
 }
 

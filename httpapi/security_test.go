@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/httpapi"
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/lease"
-	"github.com/sidelock/sidelock/pkg/redlock"
-	"github.com/sidelock/sidelock/pkg/redlock/memnode"
+	"github.com/sidelock/sidelock/internal/sidecar"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 )
 
 const apiToken = "test-api-token-7f3a9c1e5b2d"
@@ -21,20 +22,16 @@ const apiToken = "test-api-token-7f3a9c1e5b2d"
 // logging at debug level into logs.
 func newGuardedAPI(t testing.TB, cfg lease.Config, logs *bytes.Buffer) (*httptest.Server, *lease.Manager) {
 	t.Helper()
-	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
-	locker, err := redlock.New(nodes, redlock.Config{Fencing: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.KeyPrefix, cfg.KeyTTL, cfg.DefaultTTL, cfg.MaxTTL, cfg.MaxWait = "s:", 10*time.Second, 30*time.Second, time.Hour, time.Minute
-	m, err := lease.NewManager(locker, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := httptest.NewServer(httpapi.NewServer(log, m, nil, httpapi.WithAPIToken(apiToken)))
-	t.Cleanup(func() { srv.Close(); m.Close(context.Background()) })
-	return srv, m
+	core := inprocess.Start(t, inprocess.Options{
+		Config: func(c *config.Config) { c.KeyPrefix, c.MaxWait = "s:", time.Minute },
+		Sidecar: []sidecar.Option{sidecar.WithLogger(log), sidecar.WithLeaseTuning(func(lc *lease.Config) {
+			lc.MaxLocks, lc.MaxWaiters, lc.MaxWaitersPerName = cfg.MaxLocks, cfg.MaxWaiters, cfg.MaxWaitersPerName
+		})},
+	})
+	srv := httptest.NewServer(core.Handler(httpapi.WithAPIToken(apiToken)))
+	t.Cleanup(srv.Close)
+	return srv, core.Leases()
 }
 
 // Without the right bearer token every route answers 401 unauthorized,

@@ -17,10 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sidelock/sidelock/httpapi"
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/health"
 	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/internal/sidecar"
-	"github.com/sidelock/sidelock/internal/watch"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
 )
@@ -37,23 +38,22 @@ func newStatusBench(t *testing.T) *statusBench {
 	return &statusBench{t: t, nodes: []*memnode.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}}
 }
 
-// manager is a lease manager over the bench's masters; cfg adds limits.
-func (b *statusBench) manager(cfg lease.Config) *lease.Manager {
+// manager is a sidecar over the bench's masters, assembled in process;
+// cfg adds the lease manager's limits, watchers caps the watch streams
+// (0: the default).
+func (b *statusBench) manager(cfg lease.Config, watchers ...int) *sidecar.Core {
 	nodes := make([]redlock.Node, len(b.nodes))
 	for i, n := range b.nodes {
 		nodes[i] = n
 	}
-	locker, err := redlock.New(nodes, redlock.Config{})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	cfg.KeyPrefix, cfg.KeyTTL, cfg.DefaultTTL, cfg.MaxTTL, cfg.MaxWait = "s:", 10*time.Second, 30*time.Second, time.Hour, time.Minute
-	m, err := lease.NewManager(locker, cfg)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	b.t.Cleanup(func() { m.Close(context.Background()) })
-	return m
+	return inprocess.Start(b.t, inprocess.Options{Nodes: nodes, Config: func(c *config.Config) {
+		c.KeyPrefix, c.MaxWait = "s:", time.Minute
+		if len(watchers) > 0 {
+			c.MaxWatchers = watchers[0]
+		}
+	}, Sidecar: []sidecar.Option{sidecar.WithLeaseTuning(func(lc *lease.Config) {
+		lc.MaxLocks, lc.MaxWaiters, lc.MaxWaitersPerName = cfg.MaxLocks, cfg.MaxWaiters, cfg.MaxWaitersPerName
+	})}})
 }
 
 // serve runs h behind the sidecar's own http.Server settings.
@@ -65,8 +65,8 @@ func (b *statusBench) serve(h http.Handler) *httptest.Server {
 	return srv
 }
 
-func (b *statusBench) api(m *lease.Manager, opts ...httpapi.Option) *httptest.Server {
-	return b.serve(httpapi.NewServer(discardLogger(), m, nil, opts...))
+func (b *statusBench) api(core *sidecar.Core, opts ...httpapi.Option) *httptest.Server {
+	return b.serve(core.Handler(opts...))
 }
 
 // answer sends one request and returns its status once the headers are
@@ -163,7 +163,7 @@ func TestOperationStatusesAreTheOnesServed(t *testing.T) {
 	semHeld := takeToken(t, api, "/semaphores/status/held?permits=1")
 	rwHeld := takeToken(t, api, "/rwlocks/status/held?mode=shared")
 	setHeld := takeToken(t, api, "/locksets/status/set/a,status/set/b")
-	capped := watchCappedAtOne(t, b, m)
+	capped := watchCappedAtOne(t, b)
 	idem := []string{"Idempotency-Key", "status-test-idempotency-key"}
 	if got := answer(t, api, "POST", "/locks/status/idem?ttl=30s", "", idem...); got != 200 {
 		t.Fatalf("idempotent acquire: %d", got)
@@ -472,13 +472,11 @@ func TestOperationStatusesAreTheOnesServed(t *testing.T) {
 // it short: each entry is a promise of the spec nothing here checks.
 var notProvokedHere = map[string]map[int]string{}
 
-// watchCappedAtOne serves m with a Hub of one watch stream, and fills it:
+// watchCappedAtOne serves a sidecar of one watch stream, and fills it:
 // the next watch is refused.
-func watchCappedAtOne(t *testing.T, b *statusBench, m *lease.Manager) *httptest.Server {
+func watchCappedAtOne(t *testing.T, b *statusBench) *httptest.Server {
 	t.Helper()
-	hub := watch.New(watch.Config{Source: m, MaxStreams: 1})
-	t.Cleanup(hub.Close) // after the server's Close, registered next
-	srv := b.api(m, httpapi.WithWatches(hub))
+	srv := b.api(b.manager(lease.Config{}, 1))
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/locks/status/watched?watch=true", nil)
 	res, err := srv.Client().Do(req)

@@ -8,16 +8,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sidelock/sidelock/httpapi"
 	"github.com/sidelock/sidelock/internal/framing"
-	"github.com/sidelock/sidelock/internal/lease"
-	"github.com/sidelock/sidelock/pkg/redlock"
-	"github.com/sidelock/sidelock/pkg/redlock/memnode"
 )
 
 // A JSON body means one thing or is refused: repeated names (the last
@@ -67,46 +64,35 @@ func TestOwnerRefusesControlAndBidiCharacters(t *testing.T) {
 	}
 }
 
-// recordingObserver keeps the status codes of finished requests.
-type recordingObserver struct {
-	mu    sync.Mutex
-	codes map[int]int
-}
-
-func (o *recordingObserver) Request(route, method string, code int, elapsed time.Duration) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.codes[code]++
-}
-
-func (o *recordingObserver) count(code int) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.codes[code]
-}
-
 // Requests refused for a missing or wrong token are counted in the
 // request metrics like every other answer.
 func TestUnauthorizedRequestsAreCounted(t *testing.T) {
-	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
-	locker, err := redlock.New(nodes, redlock.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "u:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	obs := &recordingObserver{codes: map[int]int{}}
-	srv := httptest.NewServer(httpapi.NewServer(discardLogger(), m, obs, httpapi.WithAPIToken(apiToken)))
-	t.Cleanup(func() { srv.Close(); m.Close(context.Background()) })
+	core := newCore(t)
+	srv := httptest.NewServer(core.Handler(httpapi.WithAPIToken(apiToken)))
+	t.Cleanup(srv.Close)
 	for range 3 {
 		if got := call(t, srv, "POST", "/locks/a", "", "Authorization", "Bearer wrong-guess-1234567890"); got.status != 401 {
 			t.Fatalf("wrong token: %d", got.status)
 		}
 	}
-	if n := obs.count(401); n != 3 {
-		t.Fatalf("401s counted: %d, want 3", n)
+	admin := httptest.NewServer(core.AdminHandler())
+	t.Cleanup(admin.Close)
+	res, err := admin.Client().Get(admin.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	metrics := string(raw)
+	counted := 0
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, "sidelock_http_requests_total{") && strings.Contains(line, `code="401"`) {
+			n, _ := strconv.Atoi(line[strings.LastIndexByte(line, ' ')+1:])
+			counted += n
+		}
+	}
+	if counted != 3 {
+		t.Fatalf("401s counted: %d, want 3", counted)
 	}
 }
 
@@ -146,23 +132,15 @@ func TestIdempotencyKeyCannotBeBorrowed(t *testing.T) {
 // (400 ambiguous_framing), takes nothing, and its connection is closed; a
 // well-framed chunked request on another connection is served.
 func TestBothContentLengthAndTransferEncodingAreRefused(t *testing.T) {
-	nodes := []redlock.Node{memnode.New("a"), memnode.New("b"), memnode.New("c")}
-	locker, err := redlock.New(nodes, redlock.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "f:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	core := newCore(t)
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ln := framing.Watch(inner)
-	srv := &http.Server{Handler: httpapi.NewServer(discardLogger(), m, nil, httpapi.WithFramingCheck(ln.Ambiguous)), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: core.Handler(httpapi.WithFramingCheck(ln.Ambiguous)), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close(); m.Close(context.Background()) })
+	t.Cleanup(func() { _ = srv.Close() })
 
 	send := func(request string) (*http.Response, *bufio.Reader, net.Conn) {
 		c, err := net.Dial("tcp", ln.Addr().String())
@@ -196,7 +174,7 @@ func TestBothContentLengthAndTransferEncodingAreRefused(t *testing.T) {
 		t.Fatalf("a well-framed chunked acquire: %d %s", res.StatusCode, body)
 	}
 	for _, name := range []string{"smuggled", "second"} {
-		if st, _ := m.Inspect(context.Background(), name); st.Held {
+		if st, _ := core.Leases().Inspect(context.Background(), name); st.Held {
 			t.Errorf("%s is held after a refused connection", name)
 		}
 	}

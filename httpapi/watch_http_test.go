@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/httpapi"
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/fakeclock"
 	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/sidecar"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 	"github.com/sidelock/sidelock/internal/watch"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/memnode"
@@ -35,35 +37,29 @@ func newWatchBench(t *testing.T, cfg watch.Config) *watchBench {
 	for _, name := range []string{"a", "b", "c"} {
 		b.nodes = append(b.nodes, memnode.New(name, memnode.WithClock(b.clock.Now)))
 	}
-	b.m = b.manager(func(name string) { b.hub.Changed(name) })
-	cfg.Source = b.m
-	b.hub = watch.New(cfg)
-	b.srv = httptest.NewServer(httpapi.NewServer(discardLogger(), b.m, nil, httpapi.WithWatches(b.hub)))
+	core := b.sidecar(cfg)
+	b.m, b.hub = core.Leases(), core.Watches()
+	b.srv = httptest.NewServer(core.Handler())
 	// Cleanups run last-in first-out: the server's handlers end before
-	// the hub closes, and the hub before the Manager it reads.
-	t.Cleanup(b.hub.Close)
+	// the sidecar closes its hub and its Manager.
 	t.Cleanup(b.srv.Close)
 	return b
 }
 
-// manager is a lease Manager over the bench's masters: the bench's own
-// (changed set), or another sidecar's that no watch hears from.
-func (b *watchBench) manager(changed func(string)) *lease.Manager {
+// sidecar is a sidecar over the bench's masters, assembled in process,
+// its watch hub configured by cfg (Poll, MaxStreams); another sidecar's,
+// whose watches nobody opens, is b.sidecar(watch.Config{}).
+func (b *watchBench) sidecar(cfg watch.Config) *sidecar.Core {
 	nodes := make([]redlock.Node, len(b.nodes))
 	for i, n := range b.nodes {
 		nodes[i] = n
 	}
-	locker, err := redlock.New(nodes, redlock.Config{Fencing: true})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "w:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second,
-		MaxTTL: time.Hour, MaxWait: time.Minute, Changed: changed})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	b.t.Cleanup(func() { m.Close(context.Background()) })
-	return m
+	return inprocess.Start(b.t, inprocess.Options{Nodes: nodes, Config: func(c *config.Config) {
+		c.KeyPrefix, c.MaxWait = "w:", time.Minute
+		if cfg.MaxStreams > 0 {
+			c.MaxWatchers = cfg.MaxStreams
+		}
+	}, Sidecar: []sidecar.Option{sidecar.WithWatchPoll(cfg.Poll)}})
 }
 
 // watchData is the data of a watch stream's event.
@@ -149,7 +145,7 @@ func takeLock(t *testing.T, srv *httptest.Server, path string) lockGrant {
 // expired.
 func TestWatchTellsAnExpiryByItsReason(t *testing.T) {
 	b := newWatchBench(t, watch.Config{Poll: 20 * time.Millisecond})
-	other := b.manager(nil)
+	other := b.sidecar(watch.Config{}).Leases()
 	if _, err := other.Acquire(context.Background(), lease.Request{Name: "lapsing", Owner: "elsewhere"}); err != nil {
 		t.Fatal(err)
 	}

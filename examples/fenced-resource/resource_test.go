@@ -1,10 +1,8 @@
 package fencedresource_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,9 +10,9 @@ import (
 	"time"
 
 	fencedresource "github.com/sidelock/sidelock/examples/fenced-resource"
-	"github.com/sidelock/sidelock/httpapi"
-	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )
@@ -26,16 +24,11 @@ func sidecar(t *testing.T, addrs []string) *httptest.Server {
 		nodes[i] = redisnode.New(redisnode.Options{Addr: a})
 		t.Cleanup(func() { nodes[i].Close() })
 	}
-	locker, err := redlock.New(nodes, redlock.Config{Fencing: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "example:", KeyTTL: time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(httpapi.NewServer(slog.New(slog.DiscardHandler), m, nil))
-	t.Cleanup(func() { srv.Close(); m.Close(context.Background()) })
+	core := inprocess.Start(t, inprocess.Options{Nodes: nodes, Config: func(c *config.Config) {
+		c.KeyPrefix, c.KeyTTL, c.MaxWait = "example:", time.Second, time.Minute
+	}})
+	srv := httptest.NewServer(core.Handler())
+	t.Cleanup(srv.Close)
 	return srv
 }
 

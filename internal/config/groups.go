@@ -61,7 +61,7 @@ func parseGroup(s string) (GroupSpec, error) {
 	}
 	g.Masters = masters
 	if g.Name == "" {
-		g.Name = defaultGroupName(g.Addrs())
+		g.Name = DefaultGroupName(g.Addrs())
 	}
 	return g, nil
 }
@@ -76,7 +76,9 @@ func cutGroupName(s string) (name, masters string, named bool) {
 	return name, masters, true
 }
 
-func defaultGroupName(addrs []string) string {
+// DefaultGroupName is the name of a group given without one: its masters'
+// host:port, sorted, joined by ",".
+func DefaultGroupName(addrs []string) string {
 	sorted := slices.Clone(addrs)
 	slices.Sort(sorted)
 	return strings.Join(sorted, ",")
@@ -118,7 +120,7 @@ func checkMigration(current, previous []GroupSpec) error {
 		}
 	}
 	for _, p := range previous {
-		if c, ok := byName[p.Name]; ok && defaultGroupName(c.Addrs()) != defaultGroupName(p.Addrs()) {
+		if c, ok := byName[p.Name]; ok && DefaultGroupName(c.Addrs()) != DefaultGroupName(p.Addrs()) {
 			errs = append(errs, fmt.Errorf("group %q has different masters in the two lists", p.Name))
 		}
 		for _, a := range p.Addrs() {
@@ -155,7 +157,7 @@ func (c Config) Groups() (current, previous []GroupSpec, err error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("SIDELOCK_REDIS_ADDRS: %w", err)
 		}
-		current = []GroupSpec{{Name: defaultGroupName(HostPorts(masters)), Masters: masters}}
+		current = []GroupSpec{{Name: DefaultGroupName(HostPorts(masters)), Masters: masters}}
 	}
 	previous, err = parseGroups(c.RedisGroupsPrev)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/ctxsleep"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/starvation"
 )
@@ -284,25 +285,10 @@ func (c *Checker) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-c.wake:
-			if !sleep(ctx, time.Until(last.Add(wakeGap))) {
+			if !ctxsleep.For(ctx, time.Until(last.Add(wakeGap))) {
 				return
 			}
 		}
-	}
-}
-
-// sleep waits d (nothing when d <= 0) and reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

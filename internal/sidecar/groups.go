@@ -15,20 +15,25 @@ import (
 // group's name, its masters, its quorum and the health checker's verdict
 // on each master. config.GroupSpec is the group as configured.
 
-// buildGroups connects to every group's masters and puts a Locker over
-// each. The groups built so far are returned with an error, for closing.
-func buildGroups(cfg config.Config, specs []config.GroupSpec) ([]*redlock.Locker, error) {
-	if cfg.Dev {
+// buildGroups connects to every group's masters (or takes WithNodes')
+// and puts a Locker over each. The groups built so far are returned with an error, for closing.
+func (c *Core) buildGroups(specs []config.GroupSpec) ([]*redlock.Locker, error) {
+	cfg := c.cfg
+	if cfg.Dev && c.opts.nodes == nil {
 		specs = []config.GroupSpec{{Name: "memory"}}
 	}
 	groups := make([]*redlock.Locker, 0, len(specs))
 	for _, spec := range specs {
-		nodes, err := buildNodes(cfg, spec.Masters)
+		nodes, err := c.opts.nodes, error(nil)
+		if nodes == nil {
+			nodes, err = buildNodes(cfg, spec.Masters)
+		}
 		if err != nil {
 			return groups, err
 		}
 		l, err := redlock.New(nodes, redlock.Config{
 			Name: spec.Name, NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor, Fencing: cfg.Fencing, FenceRetention: cfg.FenceRetention,
+			Now: c.opts.redlockNow,
 		})
 		if err != nil {
 			closeNodes(nodes)

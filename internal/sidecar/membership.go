@@ -27,7 +27,7 @@ func MembershipTTL(c config.Config) time.Duration { return 3*MembershipEvery + 2
 
 // checkMembership records every group's list once; it refuses to start on
 // a split and logs masters it could not ask.
-func (s *Sidecar) checkMembership(ctx context.Context) error {
+func (s *Core) checkMembership(ctx context.Context) error {
 	var errs []error
 	for _, g := range s.groups {
 		if err := s.checkGroupMembership(ctx, g); errors.Is(err, membership.ErrSplitMembership) {
@@ -42,7 +42,7 @@ func (s *Sidecar) checkMembership(ctx context.Context) error {
 
 // checkGroupMembership records g's list, its masters by host:port (the
 // names its nodes go by), on g's masters.
-func (s *Sidecar) checkGroupMembership(ctx context.Context, g *redlock.Locker) error {
+func (s *Core) checkGroupMembership(ctx context.Context, g *redlock.Locker) error {
 	nodes := g.Nodes()
 	addrs := make([]string, len(nodes))
 	for i, n := range nodes {
@@ -57,7 +57,7 @@ func (s *Sidecar) checkGroupMembership(ctx context.Context, g *redlock.Locker) e
 
 // watchMembership checks every MembershipEvery until ctx ends, vetoing a
 // group whose list is split and lifting the veto once it no longer is.
-func (s *Sidecar) watchMembership(ctx context.Context) {
+func (s *Core) watchMembership(ctx context.Context) {
 	t := time.NewTicker(MembershipEvery)
 	defer t.Stop()
 	vetoed := make([]bool, len(s.groups))

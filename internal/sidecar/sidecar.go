@@ -6,7 +6,9 @@
 // admin listeners under their connection caps, and the member-list checks
 // (package membership). cmd/sidelock runs one per process; the scale
 // simulation (tools/scale) runs hundreds in one process, built the same
-// way.
+// way. Assemble builds the same sidecar without its listeners (a Core),
+// over masters the caller may give: the in-process assembly of the tests,
+// the benchmarks and the examples (package inprocess).
 package sidecar
 
 import (
@@ -18,39 +20,23 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/sidelock/sidelock/httpapi"
 	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/health"
 	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/internal/metrics"
-	"github.com/sidelock/sidelock/internal/watch"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )
 
-// Sidecar is one assembled sidecar. New builds it and opens its
-// listeners, Run serves until its context ends and then shuts down, and
-// Close releases what New opened.
+// Sidecar is one assembled sidecar serving on its listeners. New builds
+// it and opens its listeners, Run serves until its context ends and then
+// shuts down, and Close releases what New opened.
 type Sidecar struct {
-	cfg  config.Config
-	opts options
-	log  *slog.Logger
-
-	// groups are every quorum group the sidecar talks to: the current
-	// ones, then those only in the previous list (config.UnionGroups).
-	groups            []*redlock.Locker
-	current, previous []config.GroupSpec
-	nodes             []redlock.Node // every group's masters, group after group
-
-	checker *health.Checker
-	leases  *lease.Manager
-	watches *watch.Hub // followers of lock names (GET /locks/{name}?watch=true)
-	lns     listeners
-	api     *http.Server
-	admin   *http.Server
+	*Core
+	lns   listeners
+	api   *http.Server
+	admin *http.Server
 
 	closeOnce sync.Once
 }
@@ -65,6 +51,11 @@ type options struct {
 	checksAfter    time.Duration
 	delayChecks    bool
 	observer       func(lease.Observer) lease.Observer
+	nodes          []redlock.Node // the one group's masters (WithNodes)
+	healthChanged  func(prev, cur health.Report)
+	tuneLeases     func(*lease.Config)
+	watchPoll      time.Duration
+	redlockNow     func() time.Time // the Lockers' clock (WithRedlockClock)
 }
 
 // WithLogger sets the logger (default: discard).
@@ -97,111 +88,36 @@ func WithLeaseObserver(wrap func(lease.Observer) lease.Observer) Option {
 	return func(o *options) { o.observer = wrap }
 }
 
-// New connects to the masters of cfg's groups and assembles the sidecar,
-// which then listens on cfg.ListenAddr and cfg.AdminAddr; cfg must have
-// passed Validate. It refuses to start on masters that are not
+// New connects to the masters of cfg's groups and assembles the sidecar
+// (Assemble), which then listens on cfg.ListenAddr and cfg.AdminAddr; cfg
+// must have passed Validate. It refuses to start on masters that are not
 // independent, on a group whose member list is split, and on
 // SIDELOCK_MAX_CONNS beyond the open-file limit. Unless
 // WithChecksAfter says otherwise, the masters have been judged by two
 // health rounds when it returns. ctx bounds the start-up only.
 func New(ctx context.Context, cfg config.Config, opts ...Option) (_ *Sidecar, err error) {
-	s := &Sidecar{cfg: cfg, opts: options{log: slog.New(slog.DiscardHandler), version: "unknown"}}
-	for _, o := range opts {
-		o(&s.opts)
-	}
-	s.log = s.opts.log
-	defer func() {
-		if err != nil {
-			s.Close()
-		}
-	}()
-	if s.current, s.previous, err = cfg.Groups(); err != nil {
+	current, previous, err := groupSpecs(cfg, opts)
+	if err != nil {
 		return nil, err
 	}
-	all := config.UnionGroups(s.current, s.previous)
+	all := config.UnionGroups(current, previous)
 	if err := checkConnBudget(cfg.MaxConns, cfg.RedisMaxConns, countMasters(cfg, all), openFileLimit()); err != nil {
 		return nil, err
 	}
-	s.groups, err = buildGroups(cfg, all)
-	for _, g := range s.groups {
-		s.nodes = append(s.nodes, g.Nodes()...)
-	}
+	core, err := Assemble(ctx, cfg, opts...)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkIndependence(ctx, s.nodes, s.log); err != nil {
+	s := &Sidecar{Core: core}
+	if s.lns, err = listen(cfg, core.reg); err != nil {
+		_ = core.leases.Close(context.Background()) // holds nothing yet
+		s.Close()
 		return nil, err
 	}
-	locker, err := newLocker(s.groups, s.current, s.previous)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.newChecker(ctx); err != nil {
-		return nil, err
-	}
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg, metrics.Sources{
-		Version:   s.opts.version,
-		LocksHeld: func() int { return s.leases.Len() }, Waiters: func() int { return s.leases.Waiters() }, Health: s.checker.Report,
-		WatchStreams: func() int { return s.watches.Streams() }, // scraped once serving, after s.watches is set
-		Masters:      masterStats(s.nodes),
-	})
-	observeQueueWaits(s.nodes, m)
-	if err := s.checkMembership(ctx); err != nil {
-		return nil, err
-	}
-	var obs lease.Observer = m
-	if s.opts.observer != nil {
-		obs = s.opts.observer(obs)
-	}
-	s.leases, err = lease.NewManager(locker, lease.Config{
-		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
-		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold, MaxLocks: cfg.MaxLocks, MaxWaiters: cfg.MaxWaiters, MaxWaitersPerName: cfg.MaxWaitersPerName,
-		NoQuorumRetry: cfg.NoQuorumRetry, QuorumUp: func() bool { return s.checker.Report().Ready }, Observer: obs, Logger: s.log,
-		FenceBlock: cfg.FenceBlock, Linger: cfg.Linger, NoWaiterMarks: !cfg.WaiterMarks, FenceRetention: cfg.FenceRetention,
-		// Leases start and end only once the API serves, after s.watches
-		// is set below.
-		Changed: func(name string) { s.watches.Changed(name) },
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.watches = watch.New(watch.Config{Source: s.leases, MaxStreams: cfg.MaxWatchers})
-	if s.lns, err = listen(cfg, reg); err != nil {
-		_ = s.leases.Close(context.Background()) // holds nothing yet
-		return nil, err
-	}
-	s.api = NewHTTPServer(httpapi.NewServer(s.log, s.leases, m, httpapi.WithAPIToken(cfg.APIToken), httpapi.WithFramingCheck(s.lns.framing.Ambiguous), httpapi.WithWatches(s.watches)), s.log)
-	s.admin = NewHTTPServer(httpapi.NewAdminServer(s.log, s.checker, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), s.log)
+	s.api = NewHTTPServer(core.Handler(httpapi.WithAPIToken(cfg.APIToken), httpapi.WithFramingCheck(s.lns.framing.Ambiguous)), s.log)
+	s.admin = NewHTTPServer(core.AdminHandler(), s.log)
 	s.api.ConnState, s.admin.ConnState = s.lns.api.ConnState, s.lns.admin.ConnState // the caps shed only idle connections
 	return s, nil
-}
-
-// newChecker builds the health checker over every group and, unless told
-// to wait, runs two rounds before any listener opens: until the guards
-// have judged the masters, none counts towards a quorum, and a verdict
-// holds only over the connections a master had when it was observed,
-// which the first round is the one to open.
-func (s *Sidecar) newChecker(ctx context.Context) error {
-	guard := s.cfg.EffectiveRestartGuard()
-	if s.opts.noRestartGuard {
-		guard = 0
-	}
-	var err error
-	s.checker, err = health.New(s.groups, health.Config{
-		Interval: s.cfg.HealthInterval, InfoMaxAge: s.cfg.HealthInfoMaxAge, Timeout: s.cfg.NodeTimeout, OnChange: logHealthChange(s.log),
-		RestartGuard: guard, MastersPersistent: s.cfg.MastersPersistent, Fencing: s.cfg.Fencing, Logger: s.log,
-		ReadyPolicy: health.ReadyPolicy(s.cfg.ReadyPolicy),
-	})
-	if err != nil {
-		return err
-	}
-	if !s.opts.delayChecks {
-		s.checker.Check(ctx)
-		s.checker.Check(ctx)
-		logStartReadiness(s.log, s.checker.Report())
-	}
-	return nil
 }
 
 // logStartReadiness says what New's health rounds found when it is not
@@ -256,16 +172,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		stopChecks()
 		checks.Wait()
 	}()
-	checks.Go(func() {
-		if s.waitForChecks(checkCtx) {
-			s.checker.Run(checkCtx)
-		}
-	})
-	checks.Go(func() {
-		if s.waitForChecks(checkCtx) {
-			s.watchMembership(checkCtx)
-		}
-	})
+	checks.Go(func() { s.RunChecks(checkCtx) })
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- s.api.Serve(s.lns.api) }()
 	go func() { serveErr <- s.admin.Serve(s.lns.admin) }()
@@ -281,35 +188,13 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	return s.shutdown()
 }
 
-// waitForChecks waits out WithChecksAfter's delay and reports whether
-// the background checks are to run.
-func (s *Sidecar) waitForChecks(ctx context.Context) bool {
-	if !s.opts.delayChecks {
-		return true
-	}
-	if s.opts.checksAfter < 0 {
-		return false
-	}
-	t := time.NewTimer(s.opts.checksAfter)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // shutdown stops taking acquisitions, ends every held lease (leaving its
 // keys to lapse at the valid_until it promised), then closes the
 // listeners, all within the shutdown timeout.
 func (s *Sidecar) shutdown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	held := s.leases.Len()
-	s.watches.Close()
-	err := s.leases.Close(ctx)
-	s.log.Info("shutting down", "leases_ended", held, "err", err)
+	err := s.endLeases(ctx)
 	for _, srv := range []*http.Server{s.api, s.admin} {
 		if e := srv.Shutdown(ctx); e != nil {
 			srv.Close()
@@ -323,7 +208,7 @@ func (s *Sidecar) shutdown() error {
 func (s *Sidecar) Close() {
 	s.closeOnce.Do(func() {
 		s.lns.close()
-		closeNodes(s.nodes)
+		s.closeNodes()
 	})
 }
 

@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/internal/redistest"
+	assembly "github.com/sidelock/sidelock/internal/sidecar"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 	"github.com/sidelock/sidelock/internal/watch"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
@@ -34,33 +37,13 @@ func newSidecarWith(t *testing.T, servers []*redistest.Server, keyTTL time.Durat
 		t.Cleanup(func() { _ = n.Close() })
 		nodes[i] = n
 	}
-	locker, err := redlock.New(nodes, redlock.Config{NodeTimeout: 100 * time.Millisecond, Fencing: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &sidecar{}
-	cfg.Source = source{s}
-	s.hub = watch.New(cfg)
-	s.m, err = lease.NewManager(locker, lease.Config{
-		KeyPrefix: "t:", KeyTTL: keyTTL, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: 5 * time.Second,
-		Changed: s.hub.Changed,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.hub.Close(); _ = s.m.Close(context.Background()) })
-	return s
-}
-
-// source reads through the sidecar's Manager, set after the Hub is made.
-type source struct{ s *sidecar }
-
-func (src source) Inspect(ctx context.Context, name string) (lease.Status, error) {
-	return src.s.m.Inspect(ctx, name)
-}
-
-func (src source) WatchReleases(name string, notify func()) func() {
-	return src.s.m.WatchReleases(name, notify)
+	core := inprocess.Start(t, inprocess.Options{Nodes: nodes, Config: func(c *config.Config) {
+		c.KeyPrefix, c.KeyTTL, c.NodeTimeout, c.MaxWait = "t:", keyTTL, 100*time.Millisecond, 5*time.Second
+		if cfg.MaxStreams > 0 {
+			c.MaxWatchers = cfg.MaxStreams
+		}
+	}, Sidecar: []assembly.Option{assembly.WithWatchPoll(cfg.Poll)}})
+	return &sidecar{m: core.Leases(), hub: core.Watches()}
 }
 
 func next(t *testing.T, ch <-chan watch.Change, within time.Duration) watch.Change {

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/ctxsleep"
 	"github.com/sidelock/sidelock/pkg/client"
 )
 
@@ -191,7 +192,7 @@ func pollHealthz(url string) (stop func() abuseProbes) {
 			if err != nil || res.StatusCode != http.StatusOK {
 				p.failed++
 			}
-			sleepCtx(ctx, 100*time.Millisecond)
+			ctxsleep.For(ctx, 100*time.Millisecond)
 		}
 	}()
 	return func() abuseProbes { cancel(); <-done; return p }
@@ -255,7 +256,7 @@ func (h *abuseHolders) lease(ctx context.Context, name string, acquired func()) 
 	p := h.r.o.granted(lock(name), owner, "abuse heartbeat", h.car.idx, l.Fence, wallNow(), l.ValidUntil)
 	deadline := deadlineOf(l.ValidUntil)
 	for {
-		sleepCtx(ctx, abuseBeatEvery)
+		ctxsleep.For(ctx, abuseBeatEvery)
 		if ctx.Err() != nil {
 			h.releaseLease(api, name, l.Token, p)
 			return
@@ -289,7 +290,7 @@ func acquireCalm(ctx context.Context, api *client.Client, name, owner string) (c
 		if err == nil {
 			return l, nil
 		}
-		sleepCtx(ctx, 200*time.Millisecond)
+		ctxsleep.For(ctx, 200*time.Millisecond)
 	}
 	return client.Lease{}, err
 }

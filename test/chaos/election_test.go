@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/ctxsleep"
 	"github.com/sidelock/sidelock/pkg/client"
 )
 
@@ -92,7 +93,7 @@ func (r *run) startElection(ctx context.Context) {
 func (r *run) killLeaders(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	for {
-		sleepCtx(ctx, killedLeaderEvery+time.Duration(rng.Int64N(int64(killedLeaderEvery))))
+		ctxsleep.For(ctx, killedLeaderEvery+time.Duration(rng.Int64N(int64(killedLeaderEvery))))
 		if ctx.Err() != nil {
 			return
 		}
@@ -111,7 +112,7 @@ func watchLeader(ctx context.Context, car *sidecarProc, o *oracle) {
 	for ctx.Err() == nil {
 		w, err := api.Watch(ctx, electionName)
 		if err != nil {
-			sleepCtx(ctx, 200*time.Millisecond)
+			ctxsleep.For(ctx, 200*time.Millisecond)
 			continue
 		}
 		for c := range w.Changes() {

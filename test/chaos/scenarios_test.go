@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sidelock/sidelock/internal/ctxsleep"
 )
 
 // scenario is one fault (or a mix of them) and what must hold through it.
@@ -425,7 +427,7 @@ func (r *run) masterFaults(ctx context.Context) {
 			for _, i := range down {
 				r.c.masters[i].Kill()
 			}
-			sleepCtx(ctx, hold)
+			ctxsleep.For(ctx, hold)
 			for _, i := range down {
 				// Not Restart: this is not the test's goroutine, which
 				// alone may stop the test (t.Fatal); healAll retries.
@@ -438,13 +440,13 @@ func (r *run) masterFaults(ctx context.Context) {
 			for _, i := range down {
 				r.c.masters[i].Stop()
 			}
-			sleepCtx(ctx, hold)
+			ctxsleep.For(ctx, hold)
 			for _, i := range down {
 				r.c.masters[i].Cont()
 			}
 			r.note("mixed: SIGSTOP masters %v for %v", down, hold)
 		}
-		sleepCtx(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond)
+		ctxsleep.For(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond)
 	}
 }
 
@@ -456,7 +458,7 @@ func (r *run) otherFaults(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		faults[rng.IntN(len(faults))](ctx, rng)
-		sleepCtx(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond)
+		ctxsleep.For(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond)
 	}
 }
 
@@ -469,7 +471,7 @@ func (r *run) mixedNetFault(ctx context.Context, rng *rand.Rand) {
 		car.proxies[i].set(f)
 	}
 	hold := time.Duration(500+rng.IntN(2500)) * time.Millisecond
-	sleepCtx(ctx, hold)
+	ctxsleep.For(ctx, hold)
 	for _, i := range paths {
 		car.proxies[i].heal()
 	}
@@ -479,7 +481,7 @@ func (r *run) mixedNetFault(ctx context.Context, rng *rand.Rand) {
 func (r *run) mixedSidecarKill(ctx context.Context, rng *rand.Rand) {
 	i := rng.IntN(len(r.c.sidecars))
 	r.killSidecar(i)
-	sleepCtx(ctx, time.Duration(500+rng.IntN(2500))*time.Millisecond)
+	ctxsleep.For(ctx, time.Duration(500+rng.IntN(2500))*time.Millisecond)
 	r.restartSidecar(i)
 }
 
@@ -488,7 +490,7 @@ func (r *run) mixedSidecarStop(ctx context.Context, rng *rand.Rand) {
 	hold := time.Duration(500+rng.IntN(3500)) * time.Millisecond
 	r.c.sidecars[i].stop()
 	at := time.Now()
-	sleepCtx(ctx, hold)
+	ctxsleep.For(ctx, hold)
 	r.c.sidecars[i].cont()
 	r.o.froze(i, at, time.Now())
 	r.note("mixed: SIGSTOP sidecar%d for %v", i, hold)
@@ -516,16 +518,9 @@ func (r *run) mixedBurst(ctx context.Context, rng *rand.Rand) {
 	}
 	ws := r.spawn(bctx, extra)
 	hold := time.Duration(1000+rng.IntN(2000)) * time.Millisecond
-	sleepCtx(ctx, hold)
+	ctxsleep.For(ctx, hold)
 	cancel()
 	r.note("mixed: burst of %d extra callers for %v", len(ws), hold)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }
 
 // wipeTheSurvivors breaks Redlock's assumption on purpose: two masters

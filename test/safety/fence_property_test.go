@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/health"
 	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )
@@ -47,32 +49,14 @@ func startSidecar(t *testing.T, servers []*redistest.Server, persistent bool) *s
 		nodes[i] = redisnode.New(redisnode.Options{Addr: s.Addr()})
 		t.Cleanup(func() { nodes[i].Close() })
 	}
-	locker, err := redlock.New(nodes, redlock.Config{Fencing: true, NodeTimeout: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checker, err := health.New([]*redlock.Locker{locker}, health.Config{
-		Interval: 50 * time.Millisecond, Timeout: 50 * time.Millisecond,
-		RestartGuard: keyTTL, MastersPersistent: persistent, Fencing: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "prop:", KeyTTL: keyTTL, DefaultTTL: keyTTL, MaxTTL: time.Hour, MaxWait: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var checking sync.WaitGroup
-	checking.Go(func() { checker.Run(ctx) })
-	// Cleanups run last-in first-out: the checker has ended and the
-	// manager closed before the nodes they use are closed.
-	t.Cleanup(func() {
-		cancel()
-		checking.Wait()
-		_ = m.Close(context.Background())
-	})
-	return &sidecar{leases: m, checker: checker}
+	// Cleanups run last-in first-out: the checks have ended and the
+	// leases with them before the nodes they use are closed.
+	core := inprocess.Start(t, inprocess.Options{Nodes: nodes, Checks: true, RestartGuard: true, Config: func(c *config.Config) {
+		c.KeyPrefix, c.NodeTimeout, c.HealthInterval = "prop:", 50*time.Millisecond, 50*time.Millisecond
+		c.KeyTTL, c.DefaultTTL, c.RestartGuard, c.MaxWait = keyTTL, keyTTL, keyTTL, time.Minute
+		c.MastersPersistent, c.HealthInfoMaxAge, c.NoQuorumRetry = persistent, 0, 0
+	}})
+	return &sidecar{leases: core.Leases(), checker: core.Checker()}
 }
 
 // Several acquirers on three sidecars take turns on one lock while a

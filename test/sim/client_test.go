@@ -158,18 +158,3 @@ func (h *held) lapsesAt() time.Time {
 	defer r.mu.Unlock()
 	return latest(h.g.expiresAt, h.g.latest().vu)
 }
-
-// sleepCtx sleeps d unless ctx ends first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}

@@ -5,58 +5,29 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/health"
 	"github.com/sidelock/sidelock/internal/lease"
-	"github.com/sidelock/sidelock/internal/membership"
+	assembly "github.com/sidelock/sidelock/internal/sidecar"
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
-// sidecarConfig is the part of cmd/sidelock's config a sidecar is built
-// from, with the same names and the same defaults except the key ttl.
-type sidecarConfig struct {
-	KeyPrefix         string
-	NodeTimeout       time.Duration
-	DriftFactor       float64
-	DefaultTTL        time.Duration
-	MaxTTL            time.Duration
-	KeyTTL            time.Duration
-	MaxWait           time.Duration
-	MaxHold           time.Duration
-	Fencing           bool
-	FenceRetention    time.Duration
-	HealthInterval    time.Duration
-	HealthInfoMaxAge  time.Duration
-	ShutdownTimeout   time.Duration
-	MastersPersistent bool
-	RestartGuard      time.Duration
-	NoQuorumRetry     time.Duration
-	FenceBlock        int
-	Linger            time.Duration
-	WaiterMarks       bool
-}
-
-func configFor(p params) sidecarConfig {
-	return sidecarConfig{
-		KeyPrefix: keyPrefix, NodeTimeout: p.NodeTimeout, DriftFactor: p.DriftFactor,
-		DefaultTTL: 10 * time.Second, MaxTTL: p.MaxTTL, KeyTTL: p.KeyTTL, MaxWait: p.MaxWait, MaxHold: p.MaxHold,
-		Fencing: true, FenceRetention: time.Hour, HealthInterval: p.HealthInterval, HealthInfoMaxAge: p.InfoMaxAge,
-		ShutdownTimeout: 5 * time.Second, NoQuorumRetry: 250 * time.Millisecond,
-		FenceBlock: p.FenceBlock, Linger: p.Linger, WaiterMarks: !p.NoWaiterMarks,
-	}
-}
-
-// restartGuard is config.Config.EffectiveRestartGuard() outside dev mode.
-func (c sidecarConfig) restartGuard() time.Duration {
-	if c.RestartGuard == 0 {
-		return c.KeyTTL
-	}
-	return c.RestartGuard
+// configFor is the configuration every sidecar of a run gets: the
+// settings table's defaults, the run's draws, and the lease limits the
+// lease package takes by default (far above what a run asks for).
+func configFor(p params) config.Config {
+	c := config.Defaults()
+	c.KeyPrefix, c.NodeTimeout, c.DriftFactor = keyPrefix, p.NodeTimeout, p.DriftFactor
+	c.DefaultTTL, c.MaxTTL, c.KeyTTL, c.MaxWait, c.MaxHold = 10*time.Second, p.MaxTTL, p.KeyTTL, p.MaxWait, p.MaxHold
+	c.Fencing, c.FenceRetention, c.HealthInterval, c.HealthInfoMaxAge = true, time.Hour, p.HealthInterval, p.InfoMaxAge
+	c.ShutdownTimeout, c.NoQuorumRetry = 5*time.Second, 250*time.Millisecond
+	c.MaxLocks, c.MaxWaiters = lease.DefaultMaxLocks, lease.DefaultMaxWaiters
+	c.FenceBlock, c.Linger, c.WaiterMarks = p.FenceBlock, p.Linger, !p.NoWaiterMarks
+	return c
 }
 
 // slot is one pod's sidecar: a SIGTERM ends a generation and a new one
@@ -82,9 +53,9 @@ func (s *slot) current() *sidecar {
 type sidecar struct {
 	slot    *slot
 	name    string
-	cfg     sidecarConfig
+	cfg     config.Config
 	links   []*link
-	locker  *redlock.Locker
+	core    *assembly.Core
 	checker *health.Checker
 	mgr     *lease.Manager
 
@@ -93,15 +64,14 @@ type sidecar struct {
 	closed  atomic.Bool
 }
 
-// start assembles a sidecar as internal/sidecar's New does, for one quorum
-// group of every master: the start-up independence check, redlock.New
-// with fencing, health.New over the Locker with the restart guard, two
-// rounds before serving, the member-list check,
-// lease.NewManager (NoQuorumRetry, QuorumUp), then the health rounds and
-// the member-list watch in the background. Keep it in step with New and
-// Run; metrics, HTTP and quorum groups are left out (this runs in a
-// synctest bubble, over simulated masters that are not configured
-// addresses, so the assembly itself cannot be used).
+// start assembles a sidecar as internal/sidecar's New does
+// (assembly.Assemble: the start-up independence check, the Locker, the
+// health checker with the restart guard and its two rounds, the member-list
+// check, the lease manager), for one quorum group of every master, over
+// this pod's links to the simulated masters; then the health rounds and
+// the member-list watch run in the background, as in Run. Only the
+// listeners are left out: this runs in a synctest bubble, on its virtual
+// clock.
 func (s *slot) start() (*sidecar, error) {
 	w := s.w
 	s.mu.Lock()
@@ -122,58 +92,20 @@ func (s *slot) start() (*sidecar, error) {
 		nodes[i] = l
 	}
 	w.rec.sidecarUp(name)
-	ctx := context.Background()
-
-	// New: checkIndependence, bounded like independenceTimeout.
-	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	_, err := health.CheckIndependence(ictx, nodes)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("refusing to start: %w", err)
-	}
-	// buildGroups: one Locker per group.
-	now := time.Now // a skewed clock keeps its monotonic reading: durations are true
+	opts := []assembly.Option{assembly.WithNodes(nodes...), assembly.WithLogger(log),
+		assembly.WithHealthObserver(func(prev, cur health.Report) { w.rec.healthChanged(name, prev, cur) })}
 	if w.p.LagBy != 0 && s.idx == w.p.LagSidecar {
-		now = func() time.Time { return time.Now().Add(w.p.LagBy) }
+		// A skewed clock keeps its monotonic reading: durations are true.
+		opts = append(opts, assembly.WithRedlockClock(func() time.Time { return time.Now().Add(w.p.LagBy) }))
 	}
-	locker, err := redlock.New(nodes, redlock.Config{
-		NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor, Fencing: cfg.Fencing, FenceRetention: cfg.FenceRetention, Now: now,
-	})
+	core, err := assembly.Assemble(context.Background(), cfg, opts...)
 	if err != nil {
 		return nil, err
 	}
-	checker, err := health.New([]*redlock.Locker{locker}, health.Config{
-		Interval: cfg.HealthInterval, InfoMaxAge: cfg.HealthInfoMaxAge, Timeout: cfg.NodeTimeout,
-		OnChange:     func(prev, cur health.Report) { w.rec.healthChanged(name, prev, cur) },
-		RestartGuard: cfg.restartGuard(), MastersPersistent: cfg.MastersPersistent, Fencing: cfg.Fencing,
-		Logger: log, ReadyPolicy: health.ReadyAllGroups,
-	})
-	if err != nil {
-		return nil, err
-	}
-	// Two rounds before serving: the second judges the masters over the
-	// connections the first opened.
-	checker.Check(ctx)
-	checker.Check(ctx)
-	// checkMembership: record this group's master list, refuse a split.
-	group, addrs := groupOf(nodes)
-	if err := checkMembership(ctx, cfg, group, addrs, nodes); errors.Is(err, membership.ErrSplitMembership) {
-		return nil, fmt.Errorf("refusing to start: %w", err)
-	}
-	mgr, err := lease.NewManager(locker, lease.Config{
-		KeyPrefix: cfg.KeyPrefix, KeyTTL: cfg.KeyTTL, DefaultTTL: cfg.DefaultTTL,
-		MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait, MaxHold: cfg.MaxHold,
-		NoQuorumRetry: cfg.NoQuorumRetry, QuorumUp: func() bool { return checker.Report().Ready }, Logger: log,
-		FenceBlock: cfg.FenceBlock, Linger: cfg.Linger, NoWaiterMarks: !cfg.WaiterMarks, FenceRetention: cfg.FenceRetention,
-	})
-	if err != nil {
-		return nil, err
-	}
-	sc.locker, sc.checker, sc.mgr = locker, checker, mgr
-	runCtx, stop := context.WithCancel(ctx)
+	sc.core, sc.checker, sc.mgr = core, core.Checker(), core.Leases()
+	runCtx, stop := context.WithCancel(context.Background())
 	sc.stop = stop
-	sc.workers.Go(func() { checker.Run(runCtx) })
-	sc.workers.Go(func() { watchMembership(runCtx, cfg, group, addrs, nodes, checker, log) })
+	sc.workers.Go(func() { core.RunChecks(runCtx) })
 	sc.workers.Go(func() { sc.pollList(runCtx) })
 	s.mu.Lock()
 	s.cur = sc
@@ -212,10 +144,8 @@ func (sc *sidecar) shutdown() error {
 		s.cur = nil
 	}
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), sc.cfg.ShutdownTimeout)
-	defer cancel()
 	held := sc.mgr.Len()
-	err := sc.mgr.Close(ctx)
+	err := sc.core.Close() // within the shutdown timeout; the links are ours
 	sc.stop()
 	sc.workers.Wait()
 	for _, l := range sc.links {
@@ -223,54 +153,6 @@ func (sc *sidecar) shutdown() error {
 	}
 	sc.slot.w.rec.sidecarDown(sc.name, held, err)
 	return err
-}
-
-// groupOf is the one quorum group's name and addresses, as
-// internal/config names an unnamed group.
-func groupOf(nodes []redlock.Node) (string, []string) {
-	addrs := make([]string, len(nodes))
-	for i, n := range nodes {
-		addrs[i] = n.Addr()
-	}
-	sorted := slices.Clone(addrs)
-	slices.Sort(sorted)
-	return strings.Join(sorted, ","), addrs
-}
-
-// membershipEvery and the record ttl are internal/sidecar's.
-const membershipEvery = 10 * time.Second
-
-func (c sidecarConfig) membershipTTL() time.Duration { return 3*membershipEvery + 2*c.KeyTTL }
-
-// checkMembership is internal/sidecar's checkGroupMembership.
-func checkMembership(ctx context.Context, cfg sidecarConfig, group string, addrs []string, nodes []redlock.Node) error {
-	_, err := membership.Check(ctx, cfg.KeyPrefix, group, addrs, nodes, cfg.membershipTTL(), cfg.NodeTimeout*4)
-	return err
-}
-
-// watchMembership is internal/sidecar's: every membershipEvery, veto the
-// group while its master list is split.
-func watchMembership(ctx context.Context, cfg sidecarConfig, group string, addrs []string, nodes []redlock.Node, checker *health.Checker, log *slog.Logger) {
-	t := time.NewTicker(membershipEvery)
-	defer t.Stop()
-	vetoed := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		err := checkMembership(ctx, cfg, group, addrs, nodes)
-		split := errors.Is(err, membership.ErrSplitMembership)
-		switch {
-		case split && !vetoed:
-			log.Error("quorum group kept out of service: its master list is split", "group", group, "err", err)
-			checker.Veto(0, err.Error())
-		case !split && vetoed:
-			checker.Veto(0, "")
-		}
-		vetoed = split
-	}
 }
 
 // errNoSidecar is what a caller gets while its pod has no sidecar.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/ctxsleep"
 	"github.com/sidelock/sidelock/internal/lease"
 )
 
@@ -452,12 +453,12 @@ func (w *world) planFaults() ([]plannedFault, []storm) {
 func (w *world) runNemesis(ctx context.Context, faults []plannedFault, storms []storm) {
 	for _, s := range storms {
 		w.actors.Go(func() {
-			if !sleepCtx(ctx, time.Until(w.t0.Add(s.from))) {
+			if !ctxsleep.For(ctx, time.Until(w.t0.Add(s.from))) {
 				return
 			}
 			w.stormy.Store(true)
 			w.rec.add("", "storm begins (until %s)", w.since(w.t0.Add(s.to)))
-			sleepCtx(ctx, s.to-s.from)
+			ctxsleep.For(ctx, s.to-s.from)
 			w.stormy.Store(false)
 			w.rec.add("", "storm ends: calm")
 		})
@@ -468,7 +469,7 @@ func (w *world) runNemesis(ctx context.Context, faults []plannedFault, storms []
 }
 
 func (w *world) runFault(ctx context.Context, f plannedFault) {
-	if !sleepCtx(ctx, time.Until(w.t0.Add(f.at))) {
+	if !ctxsleep.For(ctx, time.Until(w.t0.Add(f.at))) {
 		return
 	}
 	switch f.kind {
@@ -480,35 +481,35 @@ func (w *world) runFault(ctx context.Context, f plannedFault) {
 		}
 		rf := w.rec.faultStart(kind, m.name)
 		m.kill()
-		sleepCtx(ctx, f.dur)
+		ctxsleep.For(ctx, f.dur)
 		m.restart()
 		w.rec.faultEnd(rf, ": restarted")
 	case "pause":
 		m := w.masters[f.target]
 		rf := w.rec.faultStart("pause", m.name)
 		m.pause()
-		sleepCtx(ctx, f.dur)
+		ctxsleep.For(ctx, f.dur)
 		m.unpause()
 		w.rec.faultEnd(rf, ": resumed, queued commands run now")
 	case "slow":
 		m := w.masters[f.target]
 		rf := w.rec.faultStart("slow", m.name)
 		m.setSlow(true)
-		sleepCtx(ctx, f.dur)
+		ctxsleep.For(ctx, f.dur)
 		m.setSlow(false)
 		w.rec.faultEnd(rf, "")
 	case "partition":
 		s := w.slots[f.target]
 		rf := w.rec.faultStart("partition", fmt.Sprintf("pod %d from every master", f.target+1))
 		s.partitioned.Store(true)
-		sleepCtx(ctx, f.dur)
+		ctxsleep.For(ctx, f.dur)
 		s.partitioned.Store(false)
 		w.rec.faultEnd(rf, "")
 	case "cut":
 		s := w.slots[f.target]
 		rf := w.rec.faultStart("cut", fmt.Sprintf("pod %d from m%d", f.target+1, f.master+1))
 		s.cut[f.master].Store(true)
-		sleepCtx(ctx, f.dur)
+		ctxsleep.For(ctx, f.dur)
 		s.cut[f.master].Store(false)
 		w.rec.faultEnd(rf, "")
 	case "sigterm":
@@ -519,7 +520,7 @@ func (w *world) runFault(ctx context.Context, f plannedFault) {
 		}
 		rf := w.rec.faultStart("sigterm", sc.name)
 		_ = sc.shutdown()
-		if sleepCtx(ctx, f.dur) {
+		if ctxsleep.For(ctx, f.dur) {
 			if _, err := s.start(); err != nil {
 				w.rec.add("", "sidecar %d did not start: %v", f.target+1, err)
 			}
@@ -621,7 +622,7 @@ func (w *world) runCaller(ctx context.Context, c *client) {
 		r := w.rng(0xca11, uint64(c.slot.idx), uint64(c.id), k)
 		pl := w.drawPlan(r)
 		w.drawKind(&pl, w.rng(0xca11, uint64(c.slot.idx), uint64(c.id), k, 0x6b1d))
-		if !sleepCtx(ctx, pl.pause) {
+		if !ctxsleep.For(ctx, pl.pause) {
 			return
 		}
 		actx, cancel := ctx, context.CancelFunc(func() {})
@@ -635,7 +636,7 @@ func (w *world) runCaller(ctx context.Context, c *client) {
 			switch {
 			case errors.Is(err, errNoSidecar):
 				w.rec.count("acquire: no sidecar in the pod")
-				sleepCtx(ctx, 200*time.Millisecond)
+				ctxsleep.For(ctx, 200*time.Millisecond)
 			case errors.Is(err, lease.ErrNoQuorum):
 				w.rec.count("acquire: no quorum")
 				if pl.req.Wait > 0 && time.Since(start) < pl.req.Wait {
@@ -674,7 +675,7 @@ func (w *world) keep(ctx context.Context, h *held, pl callerPlan, r *rand.Rand) 
 	ttl := pl.req.TTL
 	for time.Now().Before(until) && !h.ended() {
 		if pl.req.Hold {
-			if !sleepCtx(ctx, min(time.Until(until), 500*time.Millisecond)) {
+			if !ctxsleep.For(ctx, min(time.Until(until), 500*time.Millisecond)) {
 				return
 			}
 			continue
@@ -683,7 +684,7 @@ func (w *world) keep(ctx context.Context, h *held, pl callerPlan, r *rand.Rand) 
 		if r.IntN(12) == 0 {
 			frac = 1.02 + 0.5*r.Float64() // late: the lease may lapse
 		}
-		if !sleepCtx(ctx, time.Duration(frac*float64(ttl))) {
+		if !ctxsleep.For(ctx, time.Duration(frac*float64(ttl))) {
 			return // end of run: the sidecar's shutdown ends it
 		}
 		if h.ended() {
@@ -717,7 +718,7 @@ func (w *world) keep(ctx context.Context, h *held, pl callerPlan, r *rand.Rand) 
 		t := time.NewTimer(w.p.KeyTTL)
 		select {
 		case <-fired:
-			sleepCtx(ctx, between(r, 0, 3*time.Millisecond))
+			ctxsleep.For(ctx, between(r, 0, 3*time.Millisecond))
 		case <-t.C:
 		case <-ctx.Done():
 		}
@@ -726,7 +727,7 @@ func (w *world) keep(ctx context.Context, h *held, pl callerPlan, r *rand.Rand) 
 		_ = h.release(" (racing a batch renewal in flight)")
 	case "lapse":
 		h.stop(false)
-		sleepCtx(ctx, time.Until(h.lapsesAt())+100*time.Millisecond)
+		ctxsleep.For(ctx, time.Until(h.lapsesAt())+100*time.Millisecond)
 		if h.stopWatch != nil {
 			h.stopWatch()
 		}
@@ -734,7 +735,7 @@ func (w *world) keep(ctx context.Context, h *held, pl callerPlan, r *rand.Rand) 
 		h.stop(true)
 	case "late":
 		h.stop(false)
-		sleepCtx(ctx, time.Until(h.lapsesAt())+between(r, 0, time.Second)-500*time.Millisecond)
+		ctxsleep.For(ctx, time.Until(h.lapsesAt())+between(r, 0, time.Second)-500*time.Millisecond)
 		_ = h.release(" (late)")
 	}
 }

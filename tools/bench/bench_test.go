@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,9 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/httpapi"
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 )
@@ -76,21 +76,14 @@ func newSidecarFencing(b *testing.B, nodes []redlock.Node, fencing bool) *httpte
 	return srv
 }
 
-// benchAPI is the lock API over a fresh lease manager on nodes.
+// benchAPI is the lock API of a fresh sidecar assembled in process
+// (package inprocess) on nodes.
 func benchAPI(b *testing.B, nodes []redlock.Node, fencing bool) http.Handler {
 	b.Helper()
-	locker, err := redlock.New(nodes, redlock.Config{Fencing: fencing, NodeTimeout: benchNodeTimeout})
-	if err != nil {
-		b.Fatal(err)
-	}
-	// The tenure settings are the sidecar's defaults (the settings table).
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "bench:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second, MaxTTL: time.Hour, MaxWait: time.Minute,
-		FenceBlock: lease.DefaultFenceBlock, Linger: lease.DefaultLinger})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { m.Close(context.Background()) })
-	return httpapi.NewServer(slog.New(slog.DiscardHandler), m, nil)
+	return inprocess.Start(b, inprocess.Options{Nodes: nodes, Config: func(c *config.Config) {
+		c.KeyPrefix, c.NodeTimeout, c.MaxWait, c.Fencing = "bench:", benchNodeTimeout, time.Minute, fencing
+		c.MaxLocks, c.MaxWaiters = lease.DefaultMaxLocks, lease.DefaultMaxWaiters // the lease package's, not the chart's
+	}}).Handler()
 }
 
 // newUnixSidecar serves the lock API (fencing on) on a Unix socket, as

@@ -18,7 +18,10 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	goredislib "github.com/redis/go-redis/v9"
 
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/sidecar"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
@@ -223,17 +226,12 @@ const renewalWindow = 2 * time.Second
 
 func renewSidelock(b *testing.B, held int) {
 	nodes := redisMasters(b, 3)
-	locker, err := redlock.New(nodes, redlock.Config{Fencing: true, NodeTimeout: benchNodeTimeout})
-	if err != nil {
-		b.Fatal(err)
-	}
 	counter := &renewalCounter{}
 	// A 1.5s key ttl renews every 0.5s: four rounds per window per lock.
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "renew:", KeyTTL: 1500 * time.Millisecond, DefaultTTL: time.Hour, MaxTTL: time.Hour, Observer: counter})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { m.Close(context.Background()) })
+	m := inprocess.Start(b, inprocess.Options{Nodes: nodes, Config: func(c *config.Config) {
+		c.KeyPrefix, c.NodeTimeout, c.KeyTTL, c.DefaultTTL = "renew:", benchNodeTimeout, 1500*time.Millisecond, time.Hour
+		c.MaxLocks, c.MaxWaiters = lease.DefaultMaxLocks, lease.DefaultMaxWaiters // the lease package's, not the chart's
+	}, Sidecar: []sidecar.Option{sidecar.WithLeaseObserver(func(lease.Observer) lease.Observer { return counter })}}).Leases()
 	acquireMany(b, held, func(i int) error {
 		_, err := m.Acquire(context.Background(), lease.Request{Name: fmt.Sprintf("held/%d", i)})
 		return err

@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/internal/sidecar"
-
 	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/health"
 	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/internal/membership"
 	"github.com/sidelock/sidelock/internal/redistest"
+	"github.com/sidelock/sidelock/internal/sidecar"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 	"github.com/sidelock/sidelock/tools/scale"
@@ -822,11 +822,10 @@ func costOfHeldLockMemory(b *testing.B) {
 	ms := startMeteredMasters(b, 3)
 	masters := float64(len(ms.addrs))
 	scripts := scriptMemory(b, ms) / masters
-	m, err := lease.NewManager(ms.locker(b), lease.Config{KeyPrefix: "mem:", KeyTTL: 10 * time.Second, DefaultTTL: time.Hour, MaxTTL: time.Hour})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { m.Close(context.Background()) })
+	m := inprocess.Start(b, inprocess.Options{Nodes: ms.nodes(b), Config: func(c *config.Config) {
+		c.KeyPrefix, c.NodeTimeout, c.DefaultTTL = "mem:", benchNodeTimeout, time.Hour
+		c.MaxLocks, c.MaxWaiters = lease.DefaultMaxLocks, lease.DefaultMaxWaiters // the lease package's, not the chart's
+	}}).Leases()
 	ctx := context.Background()
 	hold := func(name string) lease.Info {
 		info, err := m.Acquire(ctx, lease.Request{Name: name})

@@ -1,19 +1,18 @@
 package bench
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/sidelock/sidelock/httpapi"
+	"github.com/sidelock/sidelock/internal/config"
 	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/sidecar/inprocess"
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
@@ -58,17 +57,12 @@ func BenchmarkSaturatedTryOnce(b *testing.B) {
 
 func saturatedSidecar(b *testing.B, nodes []redlock.Node, retry time.Duration) *httptest.Server {
 	b.Helper()
-	locker, err := redlock.New(nodes, redlock.Config{Fencing: true, NodeTimeout: 50 * time.Millisecond})
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := lease.NewManager(locker, lease.Config{KeyPrefix: "bench:", KeyTTL: 10 * time.Second, DefaultTTL: 30 * time.Second,
-		MaxTTL: time.Hour, MaxWait: time.Minute, NoQuorumRetry: retry})
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := httptest.NewServer(httpapi.NewServer(slog.New(slog.DiscardHandler), m, nil))
-	b.Cleanup(func() { srv.Close(); m.Close(context.Background()) })
+	core := inprocess.Start(b, inprocess.Options{Nodes: nodes, Config: func(c *config.Config) {
+		c.KeyPrefix, c.NodeTimeout, c.MaxWait, c.NoQuorumRetry = "bench:", 50*time.Millisecond, time.Minute, retry
+		c.MaxLocks, c.MaxWaiters = lease.DefaultMaxLocks, lease.DefaultMaxWaiters // the lease package's, not the chart's
+	}})
+	srv := httptest.NewServer(core.Handler())
+	b.Cleanup(srv.Close)
 	return srv
 }
 

@@ -17,6 +17,8 @@ OWNERS = [
     ("sidelock health checks (internal/health)", "sidelock/sidelock/internal/health"),
     ("sidelock starvation probe (internal/starvation)", "sidelock/sidelock/internal/starvation"),
     ("sidelock metrics (internal/metrics)", "sidelock/sidelock/internal/metrics"),
+    ("sidelock HTTP conn wrappers (internal/framing, connlimit)", "sidelock/sidelock/internal/framing"),
+    ("sidelock HTTP conn wrappers (internal/framing, connlimit)", "sidelock/sidelock/internal/connlimit"),
     ("floor program (tools/floor)", "sidelock/sidelock/tools/floor"),
     ("sidelock other", "sidelock/sidelock/"),
     ("go-redis", "github.com/redis/go-redis"),

@@ -13,40 +13,17 @@ set -euo pipefail
 target=${1:?sidelock, floor, floor-release-after or nethttp}
 masters=${2:-3}
 pairs=${3:-5000}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-addrs=()
-for _ in $(seq "$masters"); do
-	port=$(freeport)
-	redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$work/redis-$port.log" 2>&1 &
-	pids+=($!)
-	addrs+=("127.0.0.1:$port")
-done
-joined=$(IFS=,; echo "${addrs[*]}")
-for a in "${addrs[@]}"; do
-	until redis-cli -p "${a##*:}" ping >/dev/null 2>&1; do sleep 0.05; done
-done
+source "$(dirname "$0")/../sh/masters.sh"
+start_masters "$masters"
 
 (cd "$root/tools" && go build -o "$work/pairload" ./pairload)
-api=$(freeport)
 case $target in
 sidelock)
-	(cd "$root" && go build -o "$work/sidecar" ./cmd/sidelock)
-	admin=$(freeport)
-	SIDELOCK_REDIS_ADDRS=$joined SIDELOCK_LOG_LEVEL=error SIDELOCK_KEY_TTL=2s SIDELOCK_NODE_TIMEOUT=200ms \
-		SIDELOCK_LISTEN_ADDR=127.0.0.1:$api SIDELOCK_ADMIN_ADDR=127.0.0.1:$admin "$work/sidecar" >"$work/sidecar.log" 2>&1 &
-	pids+=($!)
-	sidecar=$!
-	# fresh masters without persistence sit out one key ttl (the restart guard)
-	until curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null; do sleep 0.1; done
+	build_sidelock "$work/sidecar"
+	start_sidelock "$work/sidecar" "$joined" SIDELOCK_NODE_TIMEOUT=200ms
 	;;
 floor | floor-release-after | nethttp)
+	api=$(freeport)
 	(cd "$root/tools" && go build -o "$work/sidecar" ./floor/cmd/floor)
 	flags=(-masters "$joined")
 	[ "$target" = nethttp ] && flags=(-http-only)

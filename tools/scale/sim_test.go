@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/ctxsleep"
 	"github.com/sidelock/sidelock/internal/redistest"
 )
 
@@ -318,27 +319,12 @@ func (s *simSidecar) drive(ctx context.Context) {
 	due := time.Now()
 	for k := 0; ; k++ {
 		due = due.Add(time.Duration(rng.ExpFloat64() / cyclesPerSecond * float64(time.Second)))
-		if !sleepUntil(ctx, due) {
+		if !ctxsleep.Until(ctx, due) {
 			return
 		}
 		var rec cycle
 		c, rec = s.cycleOnce(c, fmt.Sprintf("sim/%d/%d", s.id, k%namesPerSidecar), due)
 		s.cycles = append(s.cycles, rec)
-	}
-}
-
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
 	}
 }
 

@@ -92,16 +92,11 @@ var (
 // ReleaseMany implements redlock.BatchReleaser: one script call for all
 // items.
 func (n *Node) ReleaseMany(ctx context.Context, items []redlock.ReleaseItem) ([]bool, error) {
-	keys, args := releaseMany.flatten(len(items),
+	each, err := n.runMany(ctx, "release many", releaseMany, len(items),
 		func(i int) []string { return []string{items[i].Key} },
 		func(i int) []any { return []any{items[i].Value} })
-	reply, err := n.pipe.run(ctx, releaseMany.script, keys, args...).Result()
 	if err != nil {
-		return nil, n.wrap(ctx, "release many", err)
-	}
-	each, err := answers(reply, len(items))
-	if err != nil {
-		return nil, n.wrap(ctx, "release many", err)
+		return nil, err
 	}
 	out := make([]bool, len(items))
 	for i, a := range each {
@@ -110,21 +105,30 @@ func (n *Node) ReleaseMany(ctx context.Context, items []redlock.ReleaseItem) ([]
 	return out, nil
 }
 
+// runMany sends calls (keys and args of each) as one call of the many
+// form f and returns their answers, in order.
+func (n *Node) runMany(ctx context.Context, op string, f manyForm, calls int, keysOf func(i int) []string, argsOf func(i int) []any) ([]any, error) {
+	keys, args := f.flatten(calls, keysOf, argsOf)
+	reply, err := n.pipe.run(ctx, f.script, keys, args...).Result()
+	if err == nil {
+		var each []any
+		if each, err = answers(reply, calls); err == nil {
+			return each, nil
+		}
+	}
+	return nil, n.wrap(ctx, op, err)
+}
+
 // AcquireProposedMany implements redlock.BatchProposer: one script call
 // for all items.
 func (n *Node) AcquireProposedMany(ctx context.Context, items []redlock.ProposalItem) ([]redlock.Proposal, error) {
-	keys, args := acquireProposedMany.flatten(len(items),
+	each, err := n.runMany(ctx, "acquire many", acquireProposedMany, len(items),
 		func(i int) []string { return []string{items[i].Key, items[i].FenceKey} },
 		func(i int) []any {
 			return proposedArgs(items[i].Value, items[i].TTL, items[i].Proposal, items[i].Retention)
 		})
-	reply, err := n.pipe.run(ctx, acquireProposedMany.script, keys, args...).Result()
 	if err != nil {
-		return nil, n.wrap(ctx, "acquire many", err)
-	}
-	each, err := answers(reply, len(items))
-	if err != nil {
-		return nil, n.wrap(ctx, "acquire many", err)
+		return nil, err
 	}
 	out := make([]redlock.Proposal, len(items))
 	for i, a := range each {
@@ -159,11 +163,21 @@ func int64s(v any) []int64 {
 // form: groups[i] lists the indexes of the calls merged with call i when i
 // is the first of a group of two or more; members[i] is true for the
 // others of such a group (sent with their first).
+//
+// A group runs where its first call stood, so its other calls run before
+// the calls that stood between: calls of concurrent callers, whose order
+// was a race anyway, but a sidecar may also have two calls of its own on
+// one key in a batch (a release in flight and the next take of the same
+// name). So a call whose keys another script's call in the batch also
+// touches is never merged: every two calls that share a key keep their
+// order (TestMergeKeepsTheOrderOfCallsOnOneKey), and only calls on keys
+// no other script touches move.
 func mergeBatch(batch []*call) (groups map[int][]int, merged []bool) {
+	shared := sharedKeys(batch)
 	first := map[*redis.Script]int{}
 	for i, c := range batch {
 		f, ok := manyForms[c.script]
-		if !ok || !f.fits(c.keys, c.args) {
+		if !ok || !f.fits(c.keys, c.args) || touchesAny(c.keys, shared) {
 			continue
 		}
 		at, seen := first[c.script]
@@ -181,6 +195,37 @@ func mergeBatch(batch []*call) (groups map[int][]int, merged []bool) {
 		merged[i] = true
 	}
 	return groups, merged
+}
+
+// sharedKeys are the keys that calls of more than one script in batch
+// touch (nil when none is).
+func sharedKeys(batch []*call) map[string]bool {
+	scriptOf := make(map[string]*redis.Script, len(batch))
+	var shared map[string]bool
+	for _, c := range batch {
+		for _, k := range c.keys {
+			s, seen := scriptOf[k]
+			switch {
+			case !seen:
+				scriptOf[k] = c.script
+			case s != c.script:
+				if shared == nil {
+					shared = map[string]bool{}
+				}
+				shared[k] = true
+			}
+		}
+	}
+	return shared
+}
+
+func touchesAny(keys []string, set map[string]bool) bool {
+	for _, k := range keys {
+		if set[k] {
+			return true
+		}
+	}
+	return false
 }
 
 // queueMerged queues one call of the many form for the calls of group on

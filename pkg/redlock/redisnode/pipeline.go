@@ -121,6 +121,10 @@ type pipeliner struct {
 	probe    *starvation.Probe
 	lastSent atomic.Pointer[starvation.Reading]
 
+	// unmerged sends every call of a batch as its own script call (tests
+	// measure what merging saves); set before the first call.
+	unmerged bool
+
 	mu     sync.Mutex
 	urgent []*call // renewals, sent before queue
 	queue  []*call
@@ -454,7 +458,11 @@ func (p *pipeliner) send(ctx context.Context, slot int, batch []*call) []*redis.
 		c := batch[0]
 		return []*redis.Cmd{p.client.EvalSha(ctx, c.script.Hash(), c.keys, c.args...)}
 	}
-	groups, merged := mergeBatch(batch) // see batchscripts.go
+	var groups map[int][]int
+	var merged []bool
+	if !p.unmerged {
+		groups, merged = mergeBatch(batch) // see batchscripts.go
+	}
 	pipe := p.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	many := make(map[int]*redis.Cmd, len(groups))

@@ -22,13 +22,9 @@ import (
 // failed dial: the failure tests provoke them on purpose, and
 // every failure that matters is asserted on through the returned errors.
 func TestMain(m *testing.M) {
-	redis.SetLogger(discardLogger{})
+	redistest.SilenceClientLogs()
 	os.Exit(m.Run())
 }
-
-type discardLogger struct{}
-
-func (discardLogger) Printf(context.Context, string, ...any) {}
 
 // nodeBudget is the per-call timeout the algorithm gives a node.
 const nodeBudget = 50 * time.Millisecond
