@@ -314,14 +314,31 @@ func TestNoGrantWithoutARoundOnceTheKeysValidityPassed(t *testing.T) {
 	}
 }
 
+// warmUp takes and releases name once on m: a lock this sidecar took
+// again soon after letting it go lingers (tenure.go), one taken once does
+// not.
+func warmUp(t *testing.T, m *lease.Manager, name string) {
+	t.Helper()
+	in, err := m.Acquire(context.Background(), lease.Request{Name: name, TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(context.Background(), name, in.Token); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // With a linger, the next caller of the same sidecar is granted at once
 // with the next fence and no round; another sidecar sees the lock free
-// meanwhile (nobody holds it); the linger's end releases the keys.
+// meanwhile (nobody holds it); the linger's end releases the keys. A lock
+// taken once is let go at once: only one taken again soon lingers.
 func TestALingeringLockIsGrantedAtOnce(t *testing.T) {
 	const linger = 250 * time.Millisecond
 	f, c := counted(t, 3*time.Second, func(cfg *lease.Config) { cfg.Linger = linger })
 	other := newRealFixtureOn(t, f, 3*time.Second)
 	ctx := context.Background()
+	warmUp(t, f.m, "hot")
+	eventually(t, time.Second, "a lock taken once released at once", func() bool { return !f.heldOnMasters(t, "hot") })
 	first, err := f.m.Acquire(ctx, lease.Request{Name: "hot", TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -357,6 +374,7 @@ func TestATryOnceOfAnotherSidecarRevokesALinger(t *testing.T) {
 	// a while after each lock it takes: wait until that watch is live (a
 	// subscription takes a round trip), as it is on a sidecar in use.
 	f.awaitChannel(t, other)
+	warmUp(t, f.m, "rev")
 	for round := range 5 {
 		in, err := f.m.Acquire(ctx, lease.Request{Name: "rev", TTL: 10 * time.Second})
 		if err != nil {
@@ -426,12 +444,17 @@ func TestAReleaseIsSentAfterItIsAnswered(t *testing.T) {
 func TestShutdownReleasesALinger(t *testing.T) {
 	f, _ := counted(t, 3*time.Second, func(cfg *lease.Config) { cfg.Linger = 300 * time.Millisecond })
 	ctx := context.Background()
+	warmUp(t, f.m, "bye")
+	eventually(t, time.Second, "released", func() bool { return !f.heldOnMasters(t, "bye") })
 	in, err := f.m.Acquire(ctx, lease.Request{Name: "bye", TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := f.m.Release(ctx, "bye", in.Token); err != nil {
 		t.Fatal(err)
+	}
+	if !f.heldOnMasters(t, "bye") {
+		t.Fatal("the lock did not linger")
 	}
 	if err := f.m.Close(ctx); err != nil {
 		t.Fatal(err)

@@ -290,6 +290,11 @@ type Manager struct {
 	tenures  map[string]*tenure   // held keys by resource (tenure.go)
 	letting  map[string][]letting // keys being released, by target.queue (tenure.go)
 	awaiting map[string][]chan struct{}
+	// recentlyLet is when this sidecar last let go of a plain lock's keys,
+	// by resource (tenure.go: hot locks linger); recentKept is its size
+	// after its last pruning.
+	recentlyLet map[string]time.Time
+	recentKept  int
 	pending  map[string]struct{} // resources being acquired right now
 	queues   map[string]*queue   // callers waiting, by target.queue
 	waiting  int                 // callers in all queues
@@ -627,10 +632,14 @@ func (m *Manager) takeRequest(l *lease, t *tenure, mark redlock.WaiterMark) redl
 // first fence is l's), and the oldest waiter of another sidecar seen. The
 // caller holds m.mu.
 func (t *tenure) tookLocked(l *lease, got redlock.Tenure) {
+	now := time.Now()
 	t.keys.validUntil = got.ValidUntil
 	l.t, l.fence = t, got.First
-	t.next, t.top = got.First+1, got.Top
-	t.learnLocked(got.Oldest, "", time.Now())
+	t.next, t.top, t.granted = got.First+1, got.Top, 1
+	t.learnLocked(got.Oldest, "", now)
+	if at, ok := t.m.recentlyLet[t.res]; ok && now.Sub(at) < t.m.cfg.hotWindow() {
+		t.hot = true
+	}
 }
 
 // reserve lets one acquisition per resource go to the masters from this

@@ -32,7 +32,10 @@ import (
 //     oldest mark's sidecar takes the lock.
 //   - Linger. When the last lease ends and nobody waits, the keys are kept
 //     for Config.Linger: a caller of this sidecar that asks meanwhile is
-//     granted at once, with no round. The holder record says the sidecar
+//     granted at once, with no round. Only a lock its callers keep taking
+//     lingers (several callers took the tenure in turns, or this sidecar let
+//     go of it within hotWindow before taking it): a lock taken once is
+//     released at once, sparing the masters the linger's note. The holder record says the sidecar
 //     only lingers, so another sidecar's refused take asks it to let go
 //     ("wanted") and tries once more when it has (queue.go); the end of the
 //     linger lets go too.
@@ -75,7 +78,12 @@ type tenure struct {
 	promised time.Time
 	// lost: a renewal found the keys gone (or another value on a
 	// majority): nothing more is granted on them.
-	lost   bool
+	lost bool
+	// hot: this sidecar let go of the resource's keys shortly before it
+	// took them (hotWindow); granted counts the leases granted on them.
+	// Only a hot tenure, or one several callers took in turns, lingers.
+	hot     bool
+	granted int
 	linger *time.Timer
 	// usesChannel: the tenure counts as a use of the sidecar's channel
 	// (where "wanted" comes) until it is gone.
@@ -137,6 +145,7 @@ func (t *tenure) validLocked(now time.Time) bool { return now.Before(t.keys.vali
 func (t *tenure) grantLocked(l *lease) {
 	l.t, l.fence = t, t.next
 	t.next++
+	t.granted++
 	t.lease, t.state = l, tenureHolding
 	if t.linger != nil {
 		t.linger.Stop()
@@ -282,7 +291,7 @@ func (t *tenure) recordLocked() redlock.HolderRecord {
 // The caller holds m.mu.
 func (t *tenure) lingerLocked(now time.Time) bool {
 	linger := t.m.cfg.Linger
-	if linger <= 0 || !t.plain || t.next > t.top || !now.Add(linger+t.m.locker.Drift(t.keys.ttl)).Before(t.keys.validUntil) {
+	if linger <= 0 || !t.plain || !t.hot && t.granted < 2 || t.next > t.top || !now.Add(linger+t.m.locker.Drift(t.keys.ttl)).Before(t.keys.validUntil) {
 		return false
 	}
 	t.state, t.lease = tenureLingering, nil
@@ -308,8 +317,16 @@ func (t *tenure) lingerEnded() {
 // it (reserve), so it never meets its own sidecar's leftovers; the local
 // queue is woken once it has. The caller holds m.mu.
 func (t *tenure) letGoLocked(mark redlock.WaiterMark) {
-	mark.Sidecar = t.m.id // its TTL 0 removes this sidecar's mark
+	if mark.TTL > 0 {
+		// This sidecar's next caller keeps its place. (Without one, there
+		// is no mark of this sidecar to remove: its take removed the last,
+		// and a queue that empties removes what a refused try left.)
+		mark.Sidecar = t.m.id
+	}
 	t.goneLocked()
+	if t.plain {
+		t.m.recentlyLetGoLocked(t.res)
+	}
 	done := make(chan struct{})
 	t.m.letting[t.queue] = append(t.m.letting[t.queue], letting{value: t.value, done: done})
 	replyTo := t.replyTo
@@ -368,6 +385,32 @@ func (m *Manager) awaitLetGo(queue string) {
 		}
 		<-ls[0].done
 	}
+}
+
+// hotWindow is how soon after this sidecar let go of a lock it must take
+// it again for the lock to linger the next time: a linger costs the keys'
+// holder note and a later release on the masters, worth it for a lock its
+// callers keep taking, not for one taken once.
+func (c Config) hotWindow() time.Duration { return max(10*c.Linger, 100*time.Millisecond) }
+
+// recentlyLetGoLocked notes that this sidecar let go of res now. The
+// record is pruned of what is too old to matter whenever it has grown past
+// twice its size after the last pruning. The caller holds m.mu.
+func (m *Manager) recentlyLetGoLocked(res string) {
+	now := time.Now()
+	if m.recentlyLet == nil {
+		m.recentlyLet = make(map[string]time.Time)
+	}
+	m.recentlyLet[res] = now
+	if len(m.recentlyLet) <= 2*m.recentKept+64 {
+		return
+	}
+	for r, at := range m.recentlyLet {
+		if now.Sub(at) > m.cfg.hotWindow() {
+			delete(m.recentlyLet, r)
+		}
+	}
+	m.recentKept = len(m.recentlyLet)
 }
 
 // leaveLocked forgets the tenure without releasing its keys: they lapse

@@ -21,7 +21,7 @@ import (
 // fence on the masters (the counter moved by 1) fails it (check b).
 func TestTenureBlockIsReservedOnTheMasters(t *testing.T) {
 	p := defaultParams()
-	p.FenceBlock, p.Linger = 64, 0
+	p.FenceBlock, p.Linger = 64, 0 // (the scenario's lock does not linger)
 	p.LagSidecar, p.LagBy = 1, -10*time.Minute
 	w := scenario(t, p, nil, func(t *testing.T, w *world) {
 		a1, a2, b := w.client(0, 0), w.client(0, 1), w.client(1, 0)

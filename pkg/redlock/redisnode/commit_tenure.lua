@@ -11,5 +11,5 @@ if redis.call('GET', key) ~= value then
 	return 0
 end
 raise_counter(fence_key, top, retention)
-record_put(holder_key, value, ARGV[4], ARGV[5], ARGV[6], 'held', 0, ARGV[7], 0, retention)
+record_put(holder_key, value, ARGV[4], ARGV[5], ARGV[6], 'held', '0', ARGV[7], '0', retention)
 return 1

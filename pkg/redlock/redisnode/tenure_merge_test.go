@@ -62,15 +62,15 @@ func takeNoteRelease(ctx context.Context, n *redisnode.Node, raw *redis.Client, 
 	if c, _ := raw.Get(ctx, keys.Fence).Result(); c != strconv.FormatInt(top, 10) {
 		return fmt.Errorf("%s: counter %q after an acknowledged take, want %d", key, c, top)
 	}
-	if f, _ := raw.HGet(ctx, keys.Holder, "f").Result(); f != strconv.FormatInt(top-3, 10) {
-		return fmt.Errorf("%s: holder record fence %q after an acknowledged take, want %d", key, f, top-3)
+	if r, _ := n.GetHolder(ctx, keys); r.Record.Fence != top-3 {
+		return fmt.Errorf("%s: holder record %+v after an acknowledged take, want fence %d", key, r.Record, top-3)
 	}
 	note := redlock.HolderRecord{Value: a.Value, Fence: top - 2, Grant: "g2", Owner: "o2", Channel: "c", Seq: 1}
 	if ans, err := n.NoteHolder(ctx, keys, note, "s", time.Hour); err != nil || !ans.Written {
 		return fmt.Errorf("%s: NoteHolder %+v: %w", key, ans, err)
 	}
-	if o, _ := raw.HGet(ctx, keys.Holder, "o").Result(); o != "o2" {
-		return fmt.Errorf("%s: holder record owner %q after an acknowledged note", key, o)
+	if r, _ := n.GetHolder(ctx, keys); r.Record.Owner != "o2" {
+		return fmt.Errorf("%s: holder record %+v after an acknowledged note, want owner o2", key, r.Record)
 	}
 	if ok, err := n.ReleaseTenure(ctx, keys, a.Value, redlock.WaiterMark{Sidecar: "s"}, ""); err != nil || !ok {
 		return fmt.Errorf("%s: ReleaseTenure %v: %w", key, ok, err)
