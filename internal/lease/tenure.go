@@ -335,21 +335,10 @@ func (t *tenure) letGoLocked(mark redlock.WaiterMark) {
 		if renewing != nil {
 			<-renewing // a renewal in flight could put a key back after the release
 		}
-		// Off the caller's path, a release that missed its quorum (a
-		// slow or starved master) can afford to try again: else the keys
-		// would block the lock until they lapse.
-		var err error
-		for try := range releaseTries {
-			if try > 0 {
-				time.Sleep(jitter(retryLo, retryHi))
-			}
-			if err = t.m.locker.ReleaseTenure(context.Background(), t.key, t.value, mark, replyTo); err == nil {
-				break
-			}
-		}
-		if err != nil {
-			t.m.log.Warn("release did not reach a quorum; keys lapse after their ttl", "name", t.res, "err", err)
-		}
+		err := t.m.locker.ReleaseTenure(context.Background(), t.key, t.value, mark, replyTo)
+		// This sidecar's callers wait for the first round only: a master
+		// that missed it is slow or gone, and waiting longer would only
+		// delay their own answer (no quorum, most likely).
 		t.m.mu.Lock()
 		t.m.letting[t.queue] = slices.DeleteFunc(t.m.letting[t.queue], func(l letting) bool { return l.done == done })
 		if len(t.m.letting[t.queue]) == 0 {
@@ -358,6 +347,16 @@ func (t *tenure) letGoLocked(mark redlock.WaiterMark) {
 		close(done)
 		t.m.wakeQueueLocked(t.queue)
 		t.m.mu.Unlock()
+		// Off the caller's path, a release that missed its quorum (a slow
+		// or starved master) can afford to try again: else the keys would
+		// block the lock until they lapse.
+		for try := 1; err != nil && try < releaseTries; try++ {
+			time.Sleep(jitter(retryLo, retryHi))
+			err = t.m.locker.ReleaseTenure(context.Background(), t.key, t.value, mark, replyTo)
+		}
+		if err != nil {
+			t.m.log.Warn("release did not reach a quorum; keys lapse after their ttl", "name", t.res, "err", err)
+		}
 	})
 }
 
