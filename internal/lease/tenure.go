@@ -248,9 +248,11 @@ func (t *tenure) writeNotes() {
 			m.mu.Unlock()
 			return
 		}
-		if wait := time.Until(t.notes.lastSent.Add(noteSpacing)); wait > 0 && t.state == tenureHolding {
-			// Hand-overs in a row: a note per spacing, not per hand-over
-			// (an idle note goes at once: others may want the lock).
+		if wait := time.Until(t.notes.lastSent.Add(noteSpacing)); wait > 0 {
+			// Hand-overs or re-takes of a lingering lock in a row: a note
+			// per spacing, not per change. A linger is said idle at once
+			// when no note went in the spacing before it (a lease held
+			// longer than that, or taken in a round), else at its end.
 			m.mu.Unlock()
 			time.Sleep(wait)
 			continue
@@ -577,9 +579,10 @@ func (m *Manager) markTTL(deadline, now time.Time) time.Duration {
 const releaseTries = 3
 
 // noteSpacing is the least time between two holder notes of a tenure
-// while callers of the pod take it in turns: a note is a round to the
-// masters, which a hand-over inside the pod exists to spare; another
-// pod's GET then names the holder within it plus a round.
+// while callers of the pod take it in turns or re-take it as it lingers:
+// a note is a round to the masters, which a hand-over inside the pod or a
+// linger exists to spare; another pod's GET then names the holder, or the
+// linger, within it plus a round.
 const noteSpacing = 10 * time.Millisecond
 
 // maxAnnouncements buffers the release announcements one try may wait
