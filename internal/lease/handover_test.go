@@ -370,9 +370,16 @@ func TestATryOnceOfAnotherSidecarRevokesALinger(t *testing.T) {
 	f, _ := counted(t, 10*time.Second, func(cfg *lease.Config) { cfg.Linger = linger })
 	other, oc := sidecarOver(t, f, 10*time.Second, nil)
 	ctx := context.Background()
-	// The sidecar's channel is watched from its start for a while, and for
-	// a while after each lock it takes: wait until that watch is live (a
+	// The sidecar's channel is watched from its first lock on, and for a
+	// while after each: take one, and wait until that watch is live (a
 	// subscription takes a round trip), as it is on a sidecar in use.
+	used, err := other.Acquire(ctx, lease.Request{Name: "used", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Release(ctx, "used", used.Token); err != nil {
+		t.Fatal(err)
+	}
 	f.awaitChannel(t, other)
 	warmUp(t, f.m, "rev")
 	for round := range 5 {

@@ -347,12 +347,10 @@ func NewManager(locker Locker, cfg Config) (*Manager, error) {
 		admit:       newAdmission(cfg.MaxAcquireRounds, cfg.AdmissionWait),
 	}
 	m.backgroundIdle = sync.NewCond(&m.mu)
-	// The channel is watched from the start (for channelKeep), so that a
-	// sidecar's first callers hear the messages meant for them.
-	m.mu.Lock()
-	m.useChannelLocked()
-	m.unuseChannelLocked()
-	m.mu.Unlock()
+	// The channel is watched from the first acquire of a lock on (for
+	// channelKeep after the last use), not from the start: a pod that never
+	// locks holds no subscription. A message in the subscription's first
+	// round trip can be missed; each has a bounded fallback (tenure.go).
 	go m.renewLoop()
 	return m, nil
 }
