@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -444,6 +445,39 @@ func TestAReleaseIsSentAfterItIsAnswered(t *testing.T) {
 	eventually(t, time.Second, "the keys released on the masters", func() bool { return !f.heldOnMasters(t, "rel") })
 	if _, err := other.Acquire(ctx, lease.Request{Name: "rel", TTL: time.Second}); err != nil {
 		t.Fatalf("another sidecar after the release: %v", err)
+	}
+}
+
+// Releases leave the caller's path only while few are under way: past
+// that (a burst of callers the masters cannot keep up with), a caller's
+// release waits for its own round again, so that the burst slows its own
+// callers instead of crowding out acquisitions with background releases.
+func TestReleasesWaitOnceManyAreUnderWay(t *testing.T) {
+	f, c := counted(t, 3*time.Second, nil)
+	ctx := context.Background()
+	const delay = 300 * time.Millisecond
+	const n = lease.MaxReleasing + 1
+	tokens := make([]string, n)
+	for i := range n {
+		in, err := f.m.Acquire(ctx, lease.Request{Name: fmt.Sprintf("burst-%d", i), TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[i] = in.Token
+	}
+	c.releaseDelay.Store(int64(delay))
+	for i := range n {
+		start := time.Now()
+		if err := f.m.Release(ctx, fmt.Sprintf("burst-%d", i), tokens[i]); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		switch {
+		case i < lease.MaxReleasing && took > delay/2:
+			t.Fatalf("release %d (%d others under way) waited %v for the masters", i, i, took)
+		case i == lease.MaxReleasing && took < delay/2:
+			t.Fatalf("release %d answered after %v with %d others under way: want it to wait for its round", i, took, i)
+		}
 	}
 }
 

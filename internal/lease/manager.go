@@ -289,6 +289,9 @@ type Manager struct {
 	leases   map[string]*lease    // live leases by resource (target.resource)
 	tenures  map[string]*tenure   // held keys by resource (tenure.go)
 	letting  map[string][]letting // keys being released, by target.queue (tenure.go)
+	// releasing counts the releases under way in the background (letting's
+	// entries): past MaxReleasing, a caller's release waits for its own.
+	releasing int
 	awaiting map[string][]chan struct{}
 	// recentlyLet is when this sidecar last let go of a plain lock's keys,
 	// by resource (tenure.go: hot locks linger); recentKept is its size
@@ -795,7 +798,45 @@ func (m *Manager) release(ctx context.Context, find finder, name, token string) 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return l.release(ctx)
+	if err := l.release(ctx); err != nil {
+		return err
+	}
+	m.throttleRelease(ctx, l)
+	return nil
+}
+
+// MaxReleasing is how many releases may be under way in the background
+// before a caller's release waits for its own round, as it did before
+// releases left the caller's path. Below it a release costs its caller no
+// round; past it the sidecar sends more than its masters answer in time
+// (a burst of many callers), and the background releases, which no
+// admission bounds (overload.go), would crowd out the acquisitions' calls:
+// waiting makes the burst's own callers slow down instead.
+const MaxReleasing = 16
+
+// throttleRelease waits, while more than MaxReleasing releases are under
+// way, until l's own release has been answered (or ctx ends: it goes on
+// regardless).
+func (m *Manager) throttleRelease(ctx context.Context, l *lease) {
+	m.mu.Lock()
+	if m.releasing <= MaxReleasing {
+		m.mu.Unlock()
+		return
+	}
+	var done <-chan struct{}
+	for _, lg := range m.letting[l.t.queue] {
+		if lg.value == l.t.value {
+			done = lg.done
+		}
+	}
+	m.mu.Unlock()
+	if done == nil {
+		return // handed over, lingering, or already answered
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // WatchReleases calls notify (which must not block) each time a master

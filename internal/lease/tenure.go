@@ -331,6 +331,7 @@ func (t *tenure) letGoLocked(mark redlock.WaiterMark) {
 	}
 	done := make(chan struct{})
 	t.m.letting[t.queue] = append(t.m.letting[t.queue], letting{value: t.value, done: done})
+	t.m.releasing++
 	replyTo := t.replyTo
 	renewing := t.renewing
 	t.m.goLocked(func() {
@@ -346,6 +347,7 @@ func (t *tenure) letGoLocked(mark redlock.WaiterMark) {
 		if len(t.m.letting[t.queue]) == 0 {
 			delete(t.m.letting, t.queue)
 		}
+		t.m.releasing--
 		close(done)
 		t.m.wakeQueueLocked(t.queue)
 		t.m.mu.Unlock()
