@@ -284,23 +284,23 @@ type Manager struct {
 	stopChannel func()
 	channelIdle *time.Timer
 
-	mu       sync.Mutex
-	closing  bool
-	leases   map[string]*lease    // live leases by resource (target.resource)
-	tenures  map[string]*tenure   // held keys by resource (tenure.go)
-	letting  map[string][]letting // keys being released, by target.queue (tenure.go)
+	mu      sync.Mutex
+	closing bool
+	leases  map[string]*lease    // live leases by resource (target.resource)
+	tenures map[string]*tenure   // held keys by resource (tenure.go)
+	letting map[string][]letting // keys being released, by target.queue (tenure.go)
 	// releasing counts the releases under way in the background (letting's
 	// entries): past MaxReleasing, a caller's release waits for its own.
 	releasing int
-	awaiting map[string][]chan struct{}
+	awaiting  map[string][]chan struct{}
 	// recentlyLet is when this sidecar last let go of a plain lock's keys,
 	// by resource (tenure.go: hot locks linger); recentKept is its size
 	// after its last pruning.
 	recentlyLet map[string]time.Time
 	recentKept  int
-	pending  map[string]struct{} // resources being acquired right now
-	queues   map[string]*queue   // callers waiting, by target.queue
-	waiting  int                 // callers in all queues
+	pending     map[string]struct{} // resources being acquired right now
+	queues      map[string]*queue   // callers waiting, by target.queue
+	waiting     int                 // callers in all queues
 	// background counts the work on the masters under way off the
 	// callers' paths (releases, hand-overs, notes; tenure.go), which Close
 	// waits for; backgroundIdle is signalled when it drops to 0.

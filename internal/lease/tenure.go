@@ -84,7 +84,7 @@ type tenure struct {
 	// Only a hot tenure, or one several callers took in turns, lingers.
 	hot     bool
 	granted int
-	linger *time.Timer
+	linger  *time.Timer
 	// usesChannel: the tenure counts as a use of the sidecar's channel
 	// (where "wanted" comes) until it is gone.
 	usesChannel bool

@@ -89,7 +89,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (string, int64, error
 			token, keyTTL.Milliseconds(), "", mode, proposal, block, retention.Milliseconds(),
 			token, "", "", "floor", start.UnixMicro(), 0).Slice()
 	})
-	fence, err := l.judge(replies, mode)
+	fence, err := l.judge(replies)
 	if err == nil && time.Since(start) >= keyTTL {
 		err = ErrNoQuorum
 	}
@@ -102,7 +102,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (string, int64, error
 
 // judge counts the masters that took the key (and committed the block);
 // the grant's fence is the block's first.
-func (l *Locker) judge(replies [][]any, mode int8) (int64, error) {
+func (l *Locker) judge(replies [][]any) (int64, error) {
 	took, held, fence := 0, 0, int64(0)
 	for _, r := range replies {
 		if len(r) != 11 {

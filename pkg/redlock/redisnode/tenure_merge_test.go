@@ -76,7 +76,7 @@ func takeNoteRelease(ctx context.Context, n *redisnode.Node, raw *redis.Client, 
 		return fmt.Errorf("%s: ReleaseTenure %v: %w", key, ok, err)
 	}
 	if n, err := raw.Exists(ctx, key, keys.Holder).Result(); err != nil || n != 0 {
-		return fmt.Errorf("%s: %d of the key and its record still there after an acknowledged release: %v", key, n, err)
+		return fmt.Errorf("%s: %d of the key and its record still there after an acknowledged release: %w", key, n, err)
 	}
 	return nil
 }
