@@ -32,6 +32,7 @@ func waitForWaiters(t *testing.T, m *lease.Manager, n int) {
 type roundCounter struct {
 	lease.Locker
 	takes, releases atomic.Int64
+	notes           atomic.Int64
 	releaseDelay    atomic.Int64 // ns
 	dropReleases    atomic.Bool
 }
@@ -39,6 +40,11 @@ type roundCounter struct {
 func (c *roundCounter) Take(ctx context.Context, req redlock.TakeRequest) (redlock.Tenure, error) {
 	c.takes.Add(1)
 	return c.Locker.Take(ctx, req)
+}
+
+func (c *roundCounter) NoteHolder(ctx context.Context, key string, rec redlock.HolderRecord, self string) (redlock.WaiterMark, error) {
+	c.notes.Add(1)
+	return c.Locker.NoteHolder(ctx, key, rec, self)
 }
 
 func (c *roundCounter) Acquire(ctx context.Context, key, value string, ttl time.Duration) (redlock.Grant, error) {
@@ -478,6 +484,24 @@ func TestReleasesWaitOnceManyAreUnderWay(t *testing.T) {
 		case i == lease.MaxReleasing && took < delay/2:
 			t.Fatalf("release %d answered after %v with %d others under way: want it to wait for its round", i, took, i)
 		}
+	}
+}
+
+// A lock held by one caller costs no holder note: the take wrote the
+// record, and renewals rewrite it only when its retention needs it.
+func TestAHeldLockCostsNoNote(t *testing.T) {
+	f, c := counted(t, time.Second, nil)
+	ctx := context.Background()
+	in, err := f.m.Acquire(ctx, lease.Request{Name: "quiet", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // renewals (a third of the key ttl apart)
+	if n := c.notes.Load(); n != 0 {
+		t.Fatalf("%d holder notes for a lock held by one caller, want none", n)
+	}
+	if err := f.m.Release(ctx, "quiet", in.Token); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -230,7 +230,7 @@ func (t *tenure) renewalDoneLocked(err error) Event {
 	now := time.Now()
 	if err == nil {
 		t.m.scheduleLocked(t, now.Add(t.renewInterval()))
-		if t.plain && now.Sub(t.notes.lastSent) > t.m.cfg.recordRefresh() {
+		if t.plain && now.Sub(t.notes.written) > t.m.cfg.recordRefresh() {
 			t.noteLocked() // the record's retention must outlast the keys
 		}
 		return t.renewedLocked()

@@ -124,6 +124,9 @@ type noteState struct {
 	dirty    bool  // the record on the masters is out of date
 	writing  bool  // a writer goroutine runs
 	lastSent time.Time
+	// written is when the record was last written, by the take or a
+	// note: it is rewritten well within its retention (recordRefresh).
+	written time.Time
 }
 
 // newTenure is the tenure l's grant takes: l's key, value and ttl.
@@ -131,7 +134,8 @@ func newTenure(m *Manager, l *lease, plain bool) *tenure {
 	keyTTL := m.keyTTL(l.pub.ttl)
 	return &tenure{
 		m: m, res: l.res, queue: l.target().queue(), key: m.cfg.KeyPrefix + l.res, value: masterValue(l.grantID, l.owner), plain: plain,
-		keys: keyState{ttl: keyTTL, wantTTL: keyTTL},
+		keys:  keyState{ttl: keyTTL, wantTTL: keyTTL},
+		notes: noteState{written: time.Now()}, // by the take about to be sent
 	}
 }
 
@@ -261,6 +265,7 @@ func (t *tenure) writeNotes() {
 		t.notes.seq++
 		rec := t.recordLocked()
 		t.notes.lastSent = time.Now()
+		t.notes.written = t.notes.lastSent
 		m.mu.Unlock()
 		oldest, _ := m.locker.NoteHolder(context.Background(), t.key, rec, m.id)
 		m.mu.Lock()
