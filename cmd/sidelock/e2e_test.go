@@ -566,18 +566,33 @@ func TestE2EWaitersOfOneSidecarAreServedInArrivalOrder(t *testing.T) {
 // metricValue reads one unlabelled gauge from the sidecar's /metrics.
 func metricValue(t *testing.T, s *sidecar, name string) float64 {
 	t.Helper()
+	v, n := metricSum(t, s, name+" ")
+	if n == 0 {
+		return -1
+	}
+	return v
+}
+
+// metricSum adds up the samples of the sidecar's /metrics whose line
+// starts with prefix (a name and a space, or a name and '{' for all its
+// series), and says how many there were.
+func metricSum(t *testing.T, s *sidecar, prefix string) (float64, int) {
+	t.Helper()
 	res, err := http.Get(s.admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
+	var sum float64
+	n := 0
 	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
+		if strings.HasPrefix(line, prefix) {
 			var f float64
-			fmt.Sscan(v, &f)
-			return f
+			fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &f)
+			sum += f
+			n++
 		}
 	}
-	return -1
+	return sum, n
 }

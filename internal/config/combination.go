@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
+
+	"github.com/sidelock/sidelock/internal/lease"
 )
 
 // The rules between settings, in one home: the binary checks them at
@@ -117,6 +120,12 @@ func rules() []rule {
 		{[]string{envFencing, envFenceRetention, EnvMaxTTL}, func(c Config) error {
 			return unless(!c.Fencing || c.FenceRetention >= c.MaxTTL, fmt.Sprintf(
 				"SIDELOCK_FENCE_RETENTION %v must be at least SIDELOCK_MAX_TTL %v", c.FenceRetention, c.MaxTTL))
+		}},
+		{[]string{envLinger, envKeyTTL}, func(c Config) error {
+			most := time.Duration(float64(c.KeyTTL) * lease.MaxLingerShare)
+			return unless(c.Linger <= most, fmt.Sprintf(
+				"SIDELOCK_LINGER %v must be at most %v of SIDELOCK_KEY_TTL (%v): a sidecar that dies while it lingers keeps the lock "+
+					"from others until its keys lapse", c.Linger, lease.MaxLingerShare, most))
 		}},
 		{[]string{envRestartGuard, envKeyTTL}, func(c Config) error {
 			return unless(c.RestartGuard == 0 || c.RestartGuard >= c.KeyTTL, fmt.Sprintf(

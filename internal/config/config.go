@@ -58,6 +58,9 @@ type Config struct {
 	MaxConns          int           `envconfig:"MAX_CONNS"`
 	Fencing           bool          `envconfig:"FENCING"`
 	FenceRetention    time.Duration `envconfig:"FENCE_RETENTION"`
+	FenceBlock        int           `envconfig:"FENCE_BLOCK"`
+	Linger            time.Duration `envconfig:"LINGER"`
+	WaiterMarks       bool          `envconfig:"WAITER_MARKS"`
 	HealthInterval    time.Duration `envconfig:"HEALTH_INTERVAL"`
 	HealthInfoMaxAge  time.Duration `envconfig:"HEALTH_INFO_MAX_AGE"`
 	HealthDownAfter   time.Duration `envconfig:"HEALTH_DOWN_AFTER"`

@@ -108,6 +108,8 @@ const (
 	envRedisTLSKey     = envPrefix + "_REDIS_TLS_KEY_FILE"
 	envNodeTimeout     = envPrefix + "_NODE_TIMEOUT"
 	envKeyTTL          = envPrefix + "_KEY_TTL"
+	envFenceBlock      = envPrefix + "_FENCE_BLOCK"
+	envLinger          = envPrefix + "_LINGER"
 	envFencing         = envPrefix + "_FENCING"
 	envFenceRetention  = envPrefix + "_FENCE_RETENTION"
 	envRestartGuard    = envPrefix + "_RESTART_GUARD"
@@ -247,6 +249,21 @@ var settings = indexFields([]Setting{
 		Doc:   "how long a lock's fence counter outlives its last grant on a master",
 		Rules: "at least SIDELOCK_MAX_TTL when SIDELOCK_FENCING is on",
 		Chart: "sidecar.config.fenceRetention"},
+	// Tenures (internal/lease/tenure.go, docs/fencing.md#tenures).
+	{Env: envFenceBlock, Default: lease.DefaultFenceBlock, Min: atLeast(1), Max: atMost(lease.MaxFenceBlock),
+		Doc: "fences a lock's grant reserves on the masters, so that the sidecar hands the lock from caller to caller of its pod " +
+			"without a round to the masters until they are used up (1: every hand-over is a round)",
+		Why:   ": a block reserves fences on the masters' counters",
+		Chart: "sidecar.config.fenceBlock"},
+	{Env: envLinger, Default: lease.DefaultLinger, Min: atLeast(time.Duration(0)),
+		Doc: "how long the sidecar keeps a lock's keys after its last caller let go, to grant the next caller of its pod at once " +
+			"(another sidecar that wants it gets it within one more round; 0: none)",
+		Rules: fmt.Sprintf("at most %v of SIDELOCK_KEY_TTL", lease.MaxLingerShare),
+		Chart: "sidecar.config.linger"},
+	{Env: "SIDELOCK_WAITER_MARKS", Default: true,
+		Doc: "leave a mark on the masters for this sidecar's waiting callers, and hand a lock inside the pod only to callers that arrived " +
+			"before every other sidecar's mark (false: first come, first served inside the pod only)",
+		Chart: "sidecar.config.waiterMarks"},
 	{Env: "SIDELOCK_HEALTH_INTERVAL", Default: time.Second, Min: atLeast(10 * time.Millisecond),
 		Doc:   "how often the masters are pinged for /readyz",
 		Chart: "sidecar.config.healthInterval"},

@@ -55,15 +55,15 @@ func (m *Manager) watch(find finder, name, token string) (events <-chan Event, c
 		return nil, nil, ErrLeaseGone // ended since: its final event is gone
 	}
 	s := &subscriber{ch: make(chan Event, eventBuffer)}
-	if l.subscribers == nil {
-		l.subscribers = make(map[*subscriber]struct{})
+	if l.pub.subscribers == nil {
+		l.pub.subscribers = make(map[*subscriber]struct{})
 	}
-	l.subscribers[s] = struct{}{}
+	l.pub.subscribers[s] = struct{}{}
 	cancel = func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		if _, ok := l.subscribers[s]; ok {
-			delete(l.subscribers, s)
+		if _, ok := l.pub.subscribers[s]; ok {
+			delete(l.pub.subscribers, s)
 			close(s.ch)
 		}
 	}
@@ -78,7 +78,7 @@ func (l *lease) publish(e Event) {
 	}
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
-	for s := range l.subscribers {
+	for s := range l.pub.subscribers {
 		if len(s.ch) < cap(s.ch)-1 {
 			s.ch <- e
 		}
@@ -92,9 +92,9 @@ func (l *lease) closeSubscribersLocked(reason EndReason, valid time.Time) {
 	if reason == EndShutdown {
 		e.ValidUntil = valid
 	}
-	for s := range l.subscribers {
+	for s := range l.pub.subscribers {
 		s.ch <- e
 		close(s.ch)
-		delete(l.subscribers, s)
+		delete(l.pub.subscribers, s)
 	}
 }

@@ -1,11 +1,21 @@
 package lease
 
-// SawRemoteHolder reports whether this sidecar's queue for lock name has
-// been refused by the masters while none of its own leases held the lock
-// (handover.go: its chains of hand-overs then end with a yield).
-func (m *Manager) SawRemoteHolder(name string) bool {
+import "time"
+
+// SidecarID is the id this Manager leaves its waiter marks under.
+func (m *Manager) SidecarID() string { return m.id }
+
+// PassKeysValidity makes this sidecar's keys of the lock name look as a
+// sidecar paused past their validity finds them on waking: the validity
+// passed, and the renewer has not looked yet.
+func (m *Manager) PassKeysValidity(name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	q, ok := m.queues[Request{Name: name}.target().queue()]
-	return ok && !q.remoteSeen.IsZero()
+	if t, ok := m.tenures[name]; ok {
+		t.keys.validUntil = time.Now().Add(-time.Millisecond)
+	}
 }
+
+// Channel is where the masters tell this Manager that another sidecar
+// wants one of its locks.
+func (m *Manager) Channel() string { return m.channel }

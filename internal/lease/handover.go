@@ -8,182 +8,137 @@ import (
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
-// Pod-local hand-over. When a caller releases a lock (DELETE, or its held
-// connection closing) while another caller of this sidecar waits at the
-// head of that lock's queue, the sidecar gives the lock to the waiter
-// without letting it go: one round (redlock.Locker.HandOver) puts the
-// waiter's value on the masters in place of the releaser's and commits
-// the waiter's fence, where a release, a wake-up and a new grant took two
-// rounds or three. The waiter's answer is the new lease, as if its own
-// acquire had been granted: a new token, a fence above the releaser's, a
-// validity from the hand-over round.
-//
-// Only plain locks are handed over (not permits, reads, writes or a lock
-// set's locks), and only on a release: a lease that lapsed or was lost
-// lets go of its keys as before. A hand-over announces no release, so
-// waiters on other sidecars are not woken by one: after maxHandOvers in a
-// row the lock is released for real, and this sidecar's head is woken by
-// the release's announcement, as other sidecars' waiters are, not at once.
-// If a caller of another sidecar held the lock lately (this sidecar's head
-// was refused by the masters within remoteWindow), the head also holds
-// back for Config.HandOverYield, so that the others' waiters get their turn.
+// What becomes of a tenure when its lease ends (tenure.go has the why):
+// the next caller of this sidecar gets it without a round, or in one round
+// with a new block; or an older waiter of another sidecar goes first; or
+// it lingers; or it is let go.
 
-// maxHandOvers bounds the hand-overs in a row of one lock on one sidecar.
-const maxHandOvers = 8
-
-// DefaultHandOverYield is how long this sidecar's head lets the others try
-// first once a chain of hand-overs ends (Config.HandOverYield): a release's
-// announcement and a round reach another sidecar's waiter within it on an
-// idle machine, and the lock stays free no longer than that when nobody
-// else waits. A loaded machine can take longer; the others then get in
-// at a later chain's end.
-const DefaultHandOverYield = 5 * time.Millisecond
-
-// remoteWindow is how long after this sidecar last saw another sidecar's
-// caller hold a lock its chains of hand-overs end with a yield.
-const remoteWindow = 10 * time.Second
-
-// letGo lets go of an ended lease's keys: handed over to the waiting head
-// on a release when it can be, else released. wakeLocal says whether this
-// sidecar's waiting head should be woken at once.
-func (l *lease) letGo(reason EndReason) (wakeLocal bool, err error) {
-	value := l.value
-	if reason == EndReleased {
-		h := l.handOver()
-		if h.handed {
-			return false, nil
-		}
-		value, wakeLocal = h.holding, !h.chainEnded
-	} else {
-		wakeLocal = true
+// afterLeaseLocked decides what becomes of t now that its lease l ended
+// for reason, and starts it; it returns the lease handed over without a
+// round (nil if none). The caller holds m.mu.
+func (t *tenure) afterLeaseLocked(l *lease, reason EndReason) *lease {
+	m := t.m
+	if t.lease == l {
+		t.lease = nil
 	}
-	return wakeLocal, l.m.locker.Release(context.Background(), l.key, value)
+	switch {
+	case t.state == tenureGone:
+		return nil
+	case reason == EndShutdown:
+		t.leaveLocked() // promises may stand on the keys: they lapse
+		return nil
+	case reason == EndLost || !t.plain || t.lost || l.pub.set != nil || m.closing:
+		t.letGoLocked(redlock.WaiterMark{})
+		return nil
+	}
+	// Released, or lapsed or capped once every promise passed: the keys
+	// are free for the next caller.
+	now := time.Now()
+	w := m.handOverTargetLocked(t)
+	switch {
+	case w == nil:
+		if !t.remoteKnownLocked(now) && t.lingerLocked(now) {
+			return nil
+		}
+		t.letGoLocked(redlock.WaiterMark{})
+	case !t.validLocked(now) || t.remoteBeforeLocked(w.arrival, now):
+		// The keys' validity passed (a sidecar paused past it grants
+		// nothing), or another sidecar's waiter arrived first: let go,
+		// keeping w's place in line.
+		t.letGoLocked(m.markOf(w, now))
+	case t.canGrantLocked(now):
+		next, err := newLease(m, w.req, 0)
+		if err != nil {
+			t.letGoLocked(m.markOf(w, now))
+			return nil
+		}
+		t.grantLocked(next)
+		m.deliverLocked(w, next, false)
+		return next
+	default:
+		t.handOverInRoundLocked(w)
+	}
+	return nil
 }
 
-// handOff is how a hand-over went.
-type handOff struct {
-	handed bool
-	// chainEnded: not handed because the queue had maxHandOvers in a row.
-	chainEnded bool
-	// holding is the value the masters hold when not handed, to release:
-	// the releaser's, or the taker's when it left after the round.
-	holding string
-}
-
-// handOver gives l's keys to the head of its queue, if one waits for a
-// plain lock.
-func (l *lease) handOver() handOff {
-	m := l.m
-	m.mu.Lock()
-	q, w := m.handOverTargetLocked(l)
-	if w == nil {
-		h := handOff{holding: l.value}
-		if q != nil {
-			now := time.Now()
-			h.chainEnded = q.handOvers >= maxHandOvers
-			q.handOvers = 0
-			if h.chainEnded && now.Sub(q.remoteSeen) < remoteWindow {
-				q.yieldUntil = now.Add(m.cfg.HandOverYield)
-			}
-		}
-		m.mu.Unlock()
-		return h
-	}
-	m.mu.Unlock()
-	next, err := newLease(m, w.req, 0)
-	if err != nil {
-		return handOff{holding: l.value}
-	}
-	grant, err := m.locker.HandOver(context.Background(), l.key, l.value, next.value, next.keyTTL, l.fence)
-	if err != nil {
-		if !errors.Is(err, redlock.ErrHandOverUnsupported) {
-			m.log.Debug("hand-over failed; releasing", append(l.logAttrs(), "err", err)...)
-		}
-		return handOff{holding: l.value} // the taker's value was released by HandOver
-	}
-	next.keysValidUntil, next.fence = grant.ValidUntil, grant.Fence
-	if !m.deliver(q, w, next) {
-		return handOff{holding: next.value} // the waiter left meanwhile
-	}
-	m.changed(next)
-	return handOff{handed: true}
-}
-
-// handOverTargetLocked is the queue of l's lock and its head, when l can
-// be handed to that head: both plain locks, the head still waiting, no
-// shutdown under way and the chain not at its bound. The caller holds
+// handOverTargetLocked is the waiter t's keys may go to: the head of its
+// queue, waiting for a plain lock (a lock set's lock is taken by the set,
+// with the set's token), and not handed one already. The caller holds
 // m.mu.
-func (m *Manager) handOverTargetLocked(l *lease) (*queue, *waiter) {
-	q, ok := m.queues[l.target().queue()]
-	if !ok {
-		return nil, nil
-	}
-	if m.closing || l.set != nil || l.kind != KindLock || len(q.waiters) == 0 || q.handOvers >= maxHandOvers {
-		return q, nil
+func (m *Manager) handOverTargetLocked(t *tenure) *waiter {
+	q, ok := m.queues[t.queue]
+	if !ok || len(q.waiters) == 0 {
+		return nil
 	}
 	w := q.waiters[0]
 	if w.left || w.req.kind != KindLock || w.req.token != "" || len(w.handed) > 0 {
-		return q, nil // a lock set's lock (its token is the set's) is taken by the set
+		return nil
 	}
-	return q, w
+	return w
 }
 
-// deliver publishes next, the lease handed to w, and hands it over,
-// unless w left the queue meanwhile or the sidecar is shutting down.
-func (m *Manager) deliver(q *queue, w *waiter, next *lease) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if w.left || m.startLocked(next) != nil {
-		return false
+// markOf is w's place in line, for a mark left on the masters (none when
+// marks are off). The caller holds m.mu.
+func (m *Manager) markOf(w *waiter, now time.Time) redlock.WaiterMark {
+	if !m.cfg.waiterMarks() {
+		return redlock.WaiterMark{}
 	}
-	q.handOvers++
+	return redlock.WaiterMark{Sidecar: m.id, Arrival: w.arrival, TTL: m.markTTL(w.deadline, now)}
+}
+
+// deliverLocked publishes next, granted to w, and hands it to w (which
+// takes it from w.handed). fresh: next's tenure is new (taken in a round),
+// not the one the last lease held. The caller holds m.mu, and checked
+// that w has not left.
+func (m *Manager) deliverLocked(w *waiter, next *lease, fresh bool) {
+	m.startLocked(next, fresh)
 	w.handed <- next // 1-buffered, and empty: handOverTargetLocked checked
-	return true
 }
 
-// withHandOverDefaults fills in the hand-over's default.
-func (c Config) withHandOverDefaults() Config {
-	if c.HandOverYield == 0 {
-		c.HandOverYield = DefaultHandOverYield
-	}
-	return c
+// handOverInRoundLocked hands t's keys to w in one round, with a new
+// block (its own is used up): Take with From replaces t's value by a new
+// tenure's, under the masters' mark rule. Until the round is answered t
+// is held (no caller of this sidecar takes it). A failed round lets the
+// keys go, keeping w's place in line. The caller holds m.mu.
+func (t *tenure) handOverInRoundLocked(w *waiter) {
+	m := t.m
+	now := time.Now()
+	t.lease = nil
+	mark := m.markOf(w, now)
+	m.goLocked(func() {
+		next, err := newLease(m, w.req, 0)
+		if err != nil {
+			m.mu.Lock()
+			t.letGoLocked(mark)
+			m.mu.Unlock()
+			return
+		}
+		nt := newTenure(m, next, true)
+		req := m.takeRequest(next, nt, mark)
+		req.From, req.Floor = t.value, t.top
+		got, err := m.locker.Take(context.Background(), req)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if err != nil {
+			if !errors.Is(err, ErrLockHeld) {
+				m.log.Debug("hand-over failed; releasing", "name", t.res, "err", err)
+			}
+			t.letGoLocked(mark) // the taker's value was released by Take
+			return
+		}
+		t.goneLocked() // its value is no longer on the masters
+		nt.tookLocked(next, got)
+		if w.left || m.closing {
+			nt.letGoLocked(redlock.WaiterMark{}) // a departed caller never holds a lock
+			return
+		}
+		m.deliverLocked(w, next, true)
+		m.changed(next)
+	})
 }
 
-// noteRemoteHolder records that the masters refused req's lock while no
-// lease of this sidecar held it: another sidecar's caller wants it too.
-func (m *Manager) noteRemoteHolder(req Request) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if q, ok := m.queues[req.target().queue()]; ok {
-		q.remoteSeen = time.Now()
-	}
-}
-
-// yieldTurn waits, before the head's next try, while its queue yields to
-// other sidecars (a lock handed over to it meanwhile ends the wait).
-func (m *Manager) yieldTurn(ctx context.Context, q *queue, w *waiter) (*lease, bool, error) {
-	m.mu.Lock()
-	wait := time.Until(q.yieldUntil)
-	m.mu.Unlock()
-	if wait <= 0 {
-		return nil, false, nil
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case l := <-w.handed:
-		return l, true, nil
-	case <-t.C:
-		return nil, false, nil
-	case <-ctx.Done():
-		return nil, false, ctx.Err()
-	case <-m.stopping:
-		return nil, false, ErrShuttingDown
-	}
-}
-
-// leave marks w gone under m.mu and returns a lease handed to it that it
-// did not take: the caller releases it, since a departed caller never
+// leaveLocked marks w gone under m.mu and returns a lease handed to it that
+// it did not take: the caller releases it, since a departed caller never
 // holds a lock. The caller holds m.mu.
 func (w *waiter) leaveLocked() *lease {
 	w.left = true

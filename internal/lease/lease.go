@@ -12,83 +12,80 @@ import (
 	"time"
 )
 
-// lease is one lock held through this sidecar: its state, its timing, and
-// every valid_until it publishes. It has no goroutine of its own (thousands
-// of held locks would cost a stack each): the Manager's renewer renews it
-// in batches (renewer.go), timers end it when its caller's lease lapses or
-// its cap is reached, and opMu serialises what changes it — heartbeats,
-// release and its end — so one lease's operations happen one at a time
-// (holding opMu across that lease's own round to the masters is the point)
-// while other leases proceed.
+// lease is one caller's grant, held through this sidecar: what it is,
+// its timing, and every valid_until it publishes. The keys it holds on the
+// masters, their renewal and their validity belong to its tenure
+// (tenure.go), which a plain lock's leases may share one after another.
+// A lease has no goroutine of its own (thousands of held locks would cost
+// a stack each): the Manager's renewer renews its tenure in batches
+// (renewer.go), timers end it when its caller's lease lapses or its cap
+// is reached, and op.mu serialises what changes it — heartbeats, release
+// and its end — so one lease's operations happen one at a time (holding
+// op.mu across that lease's own round to the masters is the point) while
+// other leases proceed.
+//
+// Its fields fall in three groups, by the lock that guards them: what the
+// lease is (set before it is published, never changed: no lock), op
+// (op.mu) and pub (the Manager's lock).
 type lease struct {
-	m    *Manager
-	name string // the caller's name for it
-	// res is what the lease holds, and its key in the Manager's maps: the
-	// name for a lock, one slot of it for a semaphore (semaphore.go).
-	res     string
-	kind    Kind     // the kind its request stated (Request.kind)
-	permits int      // 0 but for a semaphore
-	mode    Mode     // "" but for a read/write lock
-	slot    int      // 1..permits for a semaphore, 1..MaxReaders for a reader, else 0
-	set     *lockSet // the set the lease is one lock of (lockset.go); guarded by the Manager's lock
-	key     string
-	value   string
+	m *Manager
+
+	// What the lease is.
+	t       *tenure // the keys it holds
+	name    string  // the caller's name for it
+	res     string  // what it holds, and its key in the Manager's maps (target.resource)
+	kind    Kind    // the kind its request stated (Request.kind)
+	permits int     // 0 but for a semaphore
+	mode    Mode    // "" but for a read/write lock
+	slot    int     // 1..permits for a semaphore, 1..MaxReaders for a reader, else 0
 	token   string
 	owner   string
+	grantID string // the random part of its value on the masters; unique per grant
 	// replay lets a retried acquire with the same Idempotency-Key and
 	// parameters find this lease again.
 	replay     replayKey
 	acquiredAt time.Time
-	fence      int64 // set before the lease is published, never changed
-
-	// opMu is a plain mutex, not a lock a ctx can abandon: waiting for it
-	// is bounded (see the package documentation), and test/sim's virtual
-	// clock counts on sidelock holding only sync.Mutexes across rounds to
-	// the masters (see its doc.go).
-	opMu    sync.Mutex
-	ended   bool        // guarded by opMu
-	lapse   *time.Timer // the caller's lease running out (nil for a hold)
-	maxHold *time.Timer // the cap (nil without one)
-
+	fence      int64
 	// hold: the caller's connection keeps the lease; no heartbeat needed.
 	hold bool
-	// maxHoldAt ends the lease whatever the caller does (zero: no cap).
-	maxHoldAt time.Time
+	// capAt ends the lease whatever the caller does (max_hold; zero: no cap).
+	capAt time.Time
 
-	// Guarded by the Manager's lock: the event subscribers, the renewal
-	// slot the lease waits in (see renewer.go; -1 once ended), and the
-	// batch renewal in flight (closed when its answers are applied).
-	subscribers map[*subscriber]struct{}
-	renewSlot   int64
-	renewing    chan struct{}
-	// expiringSent: the caller was warned that renewal keeps failing
-	// (cleared by the next success).
-	expiringSent bool
+	op  leaseOp
+	pub leasePub
+}
 
-	// Written under opMu and the Manager's lock; read under the latter.
+// leaseOp is what the lease's own operations serialise on. op.mu is a
+// plain mutex, not a lock a ctx can abandon: waiting for it is bounded
+// (see the package documentation), and test/sim's virtual clock counts on
+// sidelock holding only sync.Mutexes across rounds to the masters (see
+// its doc.go).
+type leaseOp struct {
+	mu         sync.Mutex
+	ended      bool
+	lapseTimer *time.Timer // the caller's lease running out (nil for a hold)
+	capTimer   *time.Timer // max_hold (nil without one)
+}
+
+// leasePub is guarded by the Manager's lock: what the caller was told,
+// and what decides what it may be told next.
+type leasePub struct {
+	// ttl and expiresAt are the caller's lease (written under op.mu too).
 	ttl       time.Duration
 	expiresAt time.Time
-	// keyTTL is the ttl put on the masters. It only ever falls during a
-	// lease (see cutKeyTTLLocked): a write with a shorter ttl still in
-	// flight could otherwise land last and end the keys before a longer
-	// validity computed from a later round.
-	keyTTL time.Duration
-	// keysValidUntil is until when a majority holds the keys, drift taken
-	// off: the renewals' grants, never later than a ttl cut allows.
-	keysValidUntil time.Time
-	// The last cut of keyTTL: when, and the validity a write sent from
-	// then on may still leave; rounds that began before it are held to it.
-	cutAt, cutCap time.Time
-	// wantKeyTTL is the key ttl the caller's ttl asks for, when an earlier
-	// promise keeps keyTTL above it for now.
-	wantKeyTTL time.Duration
-	// promised is the latest valid_until ever published: it is never taken
-	// back (a caller whose answer was lost still believes it), so the keys
-	// are kept until then whatever later answers say.
+	// promised is the latest valid_until ever published: it is never
+	// taken back (a caller whose answer was lost still believes it), so
+	// the keys are kept until then whatever later answers say.
 	promised time.Time
 	// endAt, once set (the lease's set ended, lockset.go), caps every
 	// later promise: the lease ends then.
 	endAt time.Time
+	// set is the lock set the lease is one lock of (lockset.go).
+	set         *lockSet
+	subscribers map[*subscriber]struct{}
+	// expiringSent: the caller was warned that renewal keeps failing
+	// (cleared by the next success).
+	expiringSent bool
 }
 
 // tokenBytes is the size of a token and of a grant's id: 128 bits from
@@ -118,18 +115,14 @@ func newLease(m *Manager, req Request, slot int) (*lease, error) {
 		permits:    req.Permits,
 		mode:       req.Mode,
 		slot:       slot,
-		key:        m.cfg.KeyPrefix + req.target().resource(slot),
-		value:      masterValue(id, req.Owner),
 		token:      token,
 		owner:      req.Owner,
+		grantID:    id,
 		replay:     replayKeyOf(req),
 		acquiredAt: now,
-		ttl:        req.TTL,
-		keyTTL:     m.keyTTL(req.TTL),
-		wantKeyTTL: m.keyTTL(req.TTL),
-		expiresAt:  now.Add(req.TTL),
 		hold:       req.Hold,
-		maxHoldAt:  m.maxHoldAt(now, req.MaxHold),
+		capAt:      m.maxHoldAt(now, req.MaxHold),
+		pub:        leasePub{ttl: req.TTL, expiresAt: now.Add(req.TTL)},
 	}, nil
 }
 
@@ -169,57 +162,59 @@ func (l *lease) hasToken(token string) bool {
 // published.
 func (l *lease) startTimers() {
 	if !l.hold {
-		l.lapse = time.AfterFunc(time.Until(l.expiresAt), l.lapsed)
+		l.op.lapseTimer = time.AfterFunc(time.Until(l.pub.expiresAt), l.onLapseTimer)
 	}
-	if !l.maxHoldAt.IsZero() {
-		l.maxHold = time.AfterFunc(time.Until(l.maxHoldAt), func() { l.finish(EndMaxHold, nil) })
+	if !l.capAt.IsZero() {
+		l.op.capTimer = time.AfterFunc(time.Until(l.capAt), func() { l.finish(EndMaxHold, nil) })
 	}
 }
 
-// lapsed ends the lease unless a heartbeat moved its expiry meanwhile, and
-// not before the latest promise it made (lapsesAtLocked).
-func (l *lease) lapsed() {
-	l.opMu.Lock()
-	defer l.opMu.Unlock()
-	if l.ended {
+// onLapseTimer ends the lease unless a heartbeat moved its expiry
+// meanwhile, and not before the latest promise it made (lapseAtLocked).
+func (l *lease) onLapseTimer() {
+	l.op.mu.Lock()
+	defer l.op.mu.Unlock()
+	if l.op.ended {
 		return
 	}
-	if wait := l.lapseIn(); wait > 0 {
-		l.lapse.Reset(wait)
+	if wait := l.untilLapse(); wait > 0 {
+		l.op.lapseTimer.Reset(wait)
 		return
 	}
 	l.finishLocked(EndExpired, nil)
 }
 
-// lapseIn is how long until the lease may lapse, for its timer.
-func (l *lease) lapseIn() time.Duration {
+// untilLapse is how long until the lease may lapse, for its timer.
+func (l *lease) untilLapse() time.Duration {
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
-	return time.Until(l.lapsesAtLocked())
+	return time.Until(l.lapseAtLocked())
 }
 
-// lapsesIn is how long until the lease ends if its caller says nothing
-// more: unknown (0) for a held lease, which lives as long as a connection.
-// The caller holds the Manager's lock.
-func (l *lease) lapsesIn(now time.Time) time.Duration {
+// retryHintLocked is how long until the lease ends if its caller says
+// nothing more (a refused caller's Retry-After): unknown (0) for a held
+// lease, which lives as long as a connection. The caller holds the
+// Manager's lock.
+func (l *lease) retryHintLocked(now time.Time) time.Duration {
 	if l.hold {
 		return 0
 	}
-	return max(0, l.lapsesAtLocked().Sub(now))
+	return max(0, l.lapseAtLocked().Sub(now))
 }
 
-// lapsesAtLocked is when a heartbeat lease may lapse: its expiry, or its
+// lapseAtLocked is when a heartbeat lease may lapse: its expiry, or its
 // latest promise if later (a heartbeat that lowered the ttl shortens later
 // promises, not earlier ones). The caller holds the Manager's lock.
-func (l *lease) lapsesAtLocked() time.Time { return later(l.expiresAt, l.promised) }
+func (l *lease) lapseAtLocked() time.Time { return later(l.pub.expiresAt, l.pub.promised) }
 
-// ranOut tells whether the caller's lease ran out at now: a heartbeat or a
-// release then answers ErrLeaseGone, and the lapse ends the lease once no
-// promise stands. A held lease runs out only with its connection.
-func (l *lease) ranOut(now time.Time) bool {
+// callerLeaseOver tells whether the caller's lease ran out at now: a
+// heartbeat or a release then answers ErrLeaseGone, and the lapse ends the
+// lease once no promise stands. A held lease runs out only with its
+// connection.
+func (l *lease) callerLeaseOver(now time.Time) bool {
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
-	return !l.hold && !now.Before(l.expiresAt)
+	return !l.hold && !now.Before(l.pub.expiresAt)
 }
 
 // errLapsing: a heartbeat came after the caller's lease ran out, while
@@ -231,9 +226,9 @@ var errLapsing = fmt.Errorf("%w: the caller's lease ran out", ErrLeaseGone)
 // heartbeat queued behind another operation on the lease leaves the lease
 // untouched; one that ends during the round is extend's to answer.
 func (l *lease) heartbeat(ctx context.Context, ttl time.Duration) (Info, error) {
-	l.opMu.Lock()
-	defer l.opMu.Unlock()
-	if l.ended || l.ending() {
+	l.op.mu.Lock()
+	defer l.op.mu.Unlock()
+	if l.op.ended || l.ending() {
 		return Info{}, ErrLeaseGone
 	}
 	if err := ctx.Err(); err != nil {
@@ -250,8 +245,8 @@ func (l *lease) heartbeat(ctx context.Context, ttl time.Duration) (Info, error) 
 		return Info{}, err
 	}
 	// The expiry moved, even if the round was cut short (err is ctx's).
-	if l.lapse != nil {
-		l.lapse.Reset(l.lapseIn())
+	if l.op.lapseTimer != nil {
+		l.op.lapseTimer.Reset(l.untilLapse())
 	}
 	return info, err
 }
@@ -260,24 +255,24 @@ func (l *lease) heartbeat(ctx context.Context, ttl time.Duration) (Info, error) 
 // A failed confirmation keeps the lease (its earlier validity still
 // stands) and answers with that earlier valid_until; only a lost lock ends
 // it. A confirmation cut short by ctx answers ctx's error: the caller's
-// lease stays pushed out, every promise stands, and the lease keeps its
+// lease stays pushed out, every promise stands, and the tenure keeps its
 // place in the renewal grid, so the renewer goes on renewing it; the round
 // says nothing about the masters, so it is neither counted nor answered as
 // a failed renewal.
 func (l *lease) extend(ctx context.Context, ttl time.Duration) (Info, error) {
 	l.m.mu.Lock()
 	now := time.Now()
-	if !now.Before(l.expiresAt) {
+	if !now.Before(l.pub.expiresAt) {
 		l.m.mu.Unlock()
 		return Info{}, errLapsing
 	}
 	if ttl != 0 {
-		l.ttl = ttl
-		l.cutKeyTTLLocked(l.m.keyTTL(ttl))
+		l.pub.ttl = ttl
+		l.t.cutTTLLocked(l.m.keyTTL(ttl))
 	}
-	l.expiresAt = now.Add(l.ttl)
+	l.pub.expiresAt = now.Add(l.pub.ttl)
 	l.m.mu.Unlock()
-	err := l.confirm(ctx)
+	err := l.t.confirm(ctx)
 	if cut := endedBy(ctx); err != nil && !errors.Is(err, ErrLeaseGone) && cut != nil {
 		return Info{}, cut
 	}
@@ -286,28 +281,17 @@ func (l *lease) extend(ctx context.Context, ttl time.Duration) (Info, error) {
 		return Info{}, err
 	}
 	l.m.mu.Lock()
-	e := l.renewalDoneLocked(err)
+	e := l.t.renewalDoneLocked(err)
 	l.m.mu.Unlock()
 	l.publish(e)
 	return l.info(true), nil
 }
 
-// confirm extends the key on a quorum, as the renewer does for many, in a
-// round bounded by ctx.
-func (l *lease) confirm(ctx context.Context) error {
-	l.m.mu.Lock()
-	start, keyTTL := time.Now(), l.keyTTL
-	valid := start.Before(l.keysValidUntil)
-	l.m.mu.Unlock()
-	if !valid {
-		return ErrLeaseGone
-	}
-	grant, err := l.m.locker.Extend(ctx, l.key, l.value, keyTTL)
-	return l.applyRenewal(start, grant, err)
-}
-
 // release is the caller's release. Once it has the lease to itself, the
-// end runs whole: ctx is not looked at again (see end).
+// end runs whole: ctx is not looked at again (see end). It does not wait
+// for the masters: the lease ends here, and its keys pass to the next
+// caller of this sidecar, linger, or are released in the background
+// (tenure.go).
 //
 // A lease only waiting for its last promise to pass (its caller's lease ran
 // out) answers ErrLeaseGone, as a heartbeat does then, and keeps its keys
@@ -317,9 +301,9 @@ func (l *lease) confirm(ctx context.Context) error {
 // stands (found by the chaos suite's promise oracle). A lock set asks the
 // same of its set as a whole (LockSets.Release).
 func (l *lease) release(ctx context.Context) error {
-	l.opMu.Lock()
-	defer l.opMu.Unlock()
-	if l.ended || l.ranOut(time.Now()) {
+	l.op.mu.Lock()
+	defer l.op.mu.Unlock()
+	if l.op.ended || l.callerLeaseOver(time.Now()) {
 		return ErrLeaseGone
 	}
 	if err := ctx.Err(); err != nil {
@@ -331,69 +315,51 @@ func (l *lease) release(ctx context.Context) error {
 
 // finish ends the lease for reason, once.
 func (l *lease) finish(reason EndReason, cause error) {
-	l.opMu.Lock()
-	defer l.opMu.Unlock()
-	if !l.ended {
+	l.op.mu.Lock()
+	defer l.op.mu.Unlock()
+	if !l.op.ended {
 		l.finishLocked(reason, cause)
 	}
 }
 
 func (l *lease) finishLocked(reason EndReason, cause error) {
-	l.ended = true
-	if l.lapse != nil {
-		l.lapse.Stop()
+	l.op.ended = true
+	if l.op.lapseTimer != nil {
+		l.op.lapseTimer.Stop()
 	}
-	if l.maxHold != nil {
-		l.maxHold.Stop()
+	if l.op.capTimer != nil {
+		l.op.capTimer.Stop()
 	}
 	l.end(reason, cause)
 	l.m.wg.Done()
 }
 
-// lose ends the lease as lost, off the renewer's goroutine (the renewer
-// must not wait for a release round).
+// lose ends the lease as lost, off the renewer's goroutine.
 func (l *lease) lose(err error) { go l.finish(EndLost, err) }
 
-// end forgets the lease and releases its keys on every master, after any
-// batch renewal of it in flight has been answered (else the renewal could
-// re-create the keys after the release). At shutdown the keys are left to
-// lapse instead: the caller may still act until the validity it was
-// promised, and deleting them would let another take the lock before then.
-//
-// The lease is forgotten (so callers learn it is gone) only after that
-// renewal, whose repair of a missing key may still be on its way.
-//
-// The release round is never bounded by a caller's context: once the
-// lease is forgotten no token can release its keys again, so a round cut
-// short would leave them to block the name for up to a key ttl. Each call
-// to a master is bounded by the locker's node timeout instead.
+// end forgets the lease, tells its subscribers, and lets its tenure go on
+// (tenure.go): to the next caller of this sidecar, a linger, or a release
+// on the masters in the background, never on the caller's path. At
+// shutdown the keys are left to lapse instead: the caller may still act
+// until the validity it was promised, and deleting them would let another
+// take the lock before then.
 func (l *lease) end(reason EndReason, cause error) {
 	l.freezeSiblings()
-	l.m.mu.Lock()
-	l.renewSlot = -1
-	renewing := l.renewing
-	l.m.mu.Unlock()
-	if renewing != nil {
-		<-renewing
+	m := l.m
+	m.mu.Lock()
+	if m.leases[l.res] == l {
+		delete(m.leases, l.res)
 	}
-	l.m.mu.Lock()
-	delete(l.m.leases, l.res)
 	valid := l.promiseLocked()
-	l.m.mu.Unlock()
-	var err error
-	wakeLocal := true
-	if reason != EndShutdown {
-		wakeLocal, err = l.letGo(reason)
-	}
-	l.m.mu.Lock()
-	if wakeLocal {
-		l.m.wakeQueueLocked(l.target().queue())
-	}
+	next := l.t.afterLeaseLocked(l, reason)
 	l.closeSubscribersLocked(reason, valid)
-	l.m.mu.Unlock()
-	l.m.changed(l)
-	l.m.obs.Ended(reason)
-	l.logEnd(reason, cause, valid, err)
+	m.mu.Unlock()
+	m.changed(l)
+	if next != nil {
+		m.changed(next)
+	}
+	m.obs.Ended(reason)
+	l.logEnd(reason, cause, valid)
 	l.endSiblings(reason, cause)
 }
 
@@ -415,12 +381,13 @@ func (l *lease) logAttrs() []any {
 // finish with EndLost passes its cause).
 var errNoCause = errors.New("no cause recorded")
 
-// logEnd says how the lease ended. A loss, with its cause, and a release
-// that left keys behind are warnings; a cap reached is not a loss: it is
-// a warning only when the sidecar's SIDELOCK_MAX_HOLD cut a lease its
-// caller did not ask to cap as short. Never the token.
-func (l *lease) logEnd(reason EndReason, cause error, valid time.Time, releaseErr error) {
-	if reason == EndReleased && releaseErr == nil && !l.m.log.Enabled(context.Background(), slog.LevelDebug) {
+// logEnd says how the lease ended. A loss, with its cause, is a warning;
+// a cap reached is not a loss: it is a warning only when the sidecar's
+// SIDELOCK_MAX_HOLD cut a lease its caller did not ask to cap as short (a
+// release that misses its quorum is logged by the tenure, tenure.go).
+// Never the token.
+func (l *lease) logEnd(reason EndReason, cause error, valid time.Time) {
+	if reason == EndReleased && !l.m.log.Enabled(context.Background(), slog.LevelDebug) {
 		return // the common end, logged at debug only: build nothing for it on every release
 	}
 	log, attrs := l.m.log, l.logAttrs()
@@ -431,7 +398,7 @@ func (l *lease) logEnd(reason EndReason, cause error, valid time.Time, releaseEr
 		}
 		log.Warn("lock lost", append(attrs, "cause", cause.Error())...)
 	case EndMaxHold:
-		capped := l.maxHoldAt.Sub(l.acquiredAt)
+		capped := l.capAt.Sub(l.acquiredAt)
 		if l.m.cfg.MaxHold > 0 && capped == l.m.cfg.MaxHold {
 			log.Warn("lock ended: it reached the sidecar's cap, SIDELOCK_MAX_HOLD", append(attrs, "max_hold", capped)...)
 		} else {
@@ -439,14 +406,10 @@ func (l *lease) logEnd(reason EndReason, cause error, valid time.Time, releaseEr
 		}
 	case EndShutdown:
 		log.Info("lock left to lapse: the sidecar is shutting down", append(attrs, "valid_until", valid)...)
-		return // nothing was deleted
 	case EndExpired:
 		log.Info("lease expired: its caller stopped extending it", attrs...)
 	default:
 		log.Debug("lock released", append(attrs, "reason", string(reason))...)
-	}
-	if releaseErr != nil {
-		log.Warn("release did not reach a quorum; keys lapse after their ttl", append(attrs, "reason", string(reason), "err", releaseErr)...)
 	}
 }
 
@@ -459,6 +422,9 @@ func (m *Manager) logAcquisition(req Request, info Info, err error, elapsed time
 	}
 	outcome := outcomeOf(err)
 	attrs := []any{"name", req.Name, "owner", req.Owner, "outcome", string(outcome), "elapsed", elapsed.Round(time.Microsecond)}
+	if req.rounds != nil && req.kind == KindLock {
+		attrs = append(attrs, "rounds", *req.rounds) // to the masters: 0 when granted on keys this sidecar held
+	}
 	switch outcome {
 	case OutcomeAcquired:
 		m.log.Debug("lock acquired", append(attrs, "fence", info.Fence, "valid_until", info.ValidUntil, "hold", req.Hold)...)
@@ -469,47 +435,30 @@ func (m *Manager) logAcquisition(req Request, info Info, err error, elapsed time
 	}
 }
 
-// cutKeyTTLLocked lowers the key ttl towards want, the one a shorter caller
-// ttl asks for, but not so far that the keys could end before the latest
-// promise: until that has passed, the cut stops short (and is tried again
-// after each renewal). A write with the shorter ttl may land from now on,
-// after any write in flight, so the keys may end at now + keyTTL - drift:
-// the validity is cut to that at once, and rounds that began earlier are
-// held to it. The caller holds the Manager's lock.
-func (l *lease) cutKeyTTLLocked(want time.Duration) {
-	now := time.Now()
-	keyTTL := max(want, l.promised.Sub(now)+l.m.locker.Drift(l.keyTTL))
-	l.wantKeyTTL = want
-	if keyTTL >= l.keyTTL {
-		return
-	}
-	l.keyTTL = keyTTL
-	l.cutAt, l.cutCap = now, now.Add(keyTTL-l.m.locker.Drift(keyTTL))
-	l.keysValidUntil = earlier(l.keysValidUntil, l.cutCap)
-}
-
 // promiseLocked is validUntilLocked, published: every answer and event
-// that carries a valid_until gets it here, and the latest is kept. The
-// caller holds the Manager's lock.
+// that carries a valid_until gets it here, and the latest is kept (by the
+// lease, and by its tenure, whose key ttl cuts respect it). The caller
+// holds the Manager's lock.
 func (l *lease) promiseLocked() time.Time {
 	v := l.validUntilLocked()
-	l.promised = later(l.promised, v)
+	l.pub.promised = later(l.pub.promised, v)
+	l.t.promised = later(l.t.promised, v)
 	return v
 }
 
-// validUntilLocked is the promise the lease can make now: the keys'
+// validUntilLocked is the promise the lease can make now: its keys'
 // validity, never past the caller's lease (which ends it) or its cap. The
 // caller holds the Manager's lock.
 func (l *lease) validUntilLocked() time.Time {
-	v := l.keysValidUntil
+	v := l.t.keys.validUntil
 	if !l.hold {
-		v = earlier(v, l.expiresAt)
+		v = earlier(v, l.pub.expiresAt)
 	}
-	if !l.maxHoldAt.IsZero() {
-		v = earlier(v, l.maxHoldAt)
+	if !l.capAt.IsZero() {
+		v = earlier(v, l.capAt)
 	}
-	if !l.endAt.IsZero() {
-		v = earlier(v, l.endAt)
+	if !l.pub.endAt.IsZero() {
+		v = earlier(v, l.pub.endAt)
 	}
 	return v
 }
@@ -529,13 +478,14 @@ func (l *lease) infoLocked(withToken bool) Info {
 		Slot:           l.slot,
 		Mode:           l.mode,
 		Owner:          l.owner,
-		TTL:            l.ttl,
+		TTL:            l.pub.ttl,
 		AcquiredAt:     l.acquiredAt,
-		LeaseExpiresAt: l.expiresAt,
+		LeaseExpiresAt: l.pub.expiresAt,
 		ValidUntil:     l.promiseLocked(),
 		Fence:          l.fence,
 		Hold:           l.hold,
-		MaxHoldAt:      l.maxHoldAt,
+		MaxHoldAt:      l.capAt,
+		Tenure:         l.t.value,
 	}
 	if withToken {
 		in.Token = l.token

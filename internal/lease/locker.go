@@ -18,9 +18,14 @@ type Locker interface {
 	AcquireReader(ctx context.Context, key, value string, ttl time.Duration, rw redlock.RWKeys) (redlock.Grant, error)
 	AcquireWriter(ctx context.Context, value string, ttl time.Duration, rw redlock.RWKeys) (redlock.Grant, error)
 	Release(ctx context.Context, key, value string) error
-	// HandOver gives key from one value to another without releasing it
-	// (ErrHandOverUnsupported where it cannot).
-	HandOver(ctx context.Context, key, from, to string, ttl time.Duration, floor int64) (redlock.Grant, error)
+	// Take, NoteHolder, ReleaseTenure, RemoveMark and WatchChannel keep a
+	// tenure's keys, holder record and waiter marks (tenure.go; Take
+	// answers ErrTenureUnsupported where it cannot).
+	Take(ctx context.Context, req redlock.TakeRequest) (redlock.Tenure, error)
+	NoteHolder(ctx context.Context, key string, rec redlock.HolderRecord, self string) (redlock.WaiterMark, error)
+	ReleaseTenure(ctx context.Context, key, value string, mark redlock.WaiterMark, notify string) error
+	RemoveMark(ctx context.Context, key, sidecar string) error
+	WatchChannel(channel string, notify func(redlock.Message)) (cancel func())
 	Inspect(ctx context.Context, key string) (redlock.Holder, error)
 	WatchReleases(key string, notify func()) (cancel func())
 	// Drift is the clock-drift allowance the algorithm takes off a grant

@@ -136,10 +136,14 @@ func (s LockSets) Acquire(ctx context.Context, req Request) (Info, error) {
 // releaseTaken releases the locks a failed set acquisition took: those
 // granted with its token. A lock an Idempotency-Key replayed (held before,
 // under another token) is not its to release.
+//
+// Unlike a caller's release, it waits for the masters: a refused set
+// leaves nothing held when it is answered.
 func (s LockSets) releaseTaken(infos []Info, token string) {
 	for _, in := range infos {
 		if in.Token == token {
 			_ = s.m.Release(context.Background(), in.Name, in.Token)
+			s.m.awaitLetGo(in.Name)
 		}
 	}
 }
@@ -154,13 +158,13 @@ func (m *Manager) bindSet(infos []Info) error {
 	set := &lockSet{}
 	for _, in := range infos {
 		l, ok := m.leases[in.Name]
-		if !ok || !l.hasToken(in.Token) || in.Token != infos[0].Token || !sameSet(l.set, infos) {
+		if !ok || !l.hasToken(in.Token) || in.Token != infos[0].Token || !sameSet(l.pub.set, infos) {
 			return fmt.Errorf("%w: %s", ErrSetChanged, in.Name)
 		}
 		set.leases = append(set.leases, l)
 	}
 	for _, l := range set.leases {
-		l.set = set
+		l.pub.set = set
 	}
 	return nil
 }
@@ -188,7 +192,7 @@ func sameSet(set *lockSet, infos []Info) bool {
 // sibling ending at the same moment may hold while it ends this one.
 func (l *lease) endSiblings(reason EndReason, cause error) {
 	l.m.mu.Lock()
-	set := l.set
+	set := l.pub.set
 	l.m.mu.Unlock()
 	if set == nil {
 		return
@@ -209,7 +213,7 @@ func (l *lease) endSiblings(reason EndReason, cause error) {
 // flight, as end does for its own.
 func (l *lease) freezeSiblings() {
 	l.m.mu.Lock()
-	set := l.set
+	set := l.pub.set
 	l.m.mu.Unlock()
 	if set == nil {
 		return
@@ -219,11 +223,11 @@ func (l *lease) freezeSiblings() {
 			continue
 		}
 		l.m.mu.Lock()
-		if sib.endAt.IsZero() {
-			sib.endAt = later(time.Now(), sib.promised)
+		if sib.pub.endAt.IsZero() {
+			sib.pub.endAt = later(time.Now(), sib.pub.promised)
 		}
-		sib.renewSlot = -1
-		renewing := sib.renewing
+		sib.t.renewSlot = -1
+		renewing := sib.t.renewing
 		l.m.mu.Unlock()
 		if renewing != nil {
 			<-renewing
@@ -233,14 +237,14 @@ func (l *lease) freezeSiblings() {
 
 // waitsForItsPromise tells whether the lease only waits for its latest
 // promise to pass: its set ended, or its caller's lease ran out.
-func (l *lease) waitsForItsPromise() bool { return l.ending() || l.ranOut(time.Now()) }
+func (l *lease) waitsForItsPromise() bool { return l.ending() || l.callerLeaseOver(time.Now()) }
 
 // ending tells whether the lease's set has ended: it only waits for its
 // own promise to pass (endWithSet).
 func (l *lease) ending() bool {
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
-	return !l.endAt.IsZero()
+	return !l.pub.endAt.IsZero()
 }
 
 // endWithSet ends a lease because its set ended. Each lock of a set
@@ -252,7 +256,7 @@ func (l *lease) ending() bool {
 func (l *lease) endWithSet(reason EndReason, cause error) {
 	if reason != EndReleased {
 		l.m.mu.Lock()
-		wait := time.Until(l.endAt)
+		wait := time.Until(l.pub.endAt)
 		l.m.mu.Unlock()
 		if wait > 0 {
 			t := time.NewTimer(wait)
@@ -321,8 +325,8 @@ func (s LockSets) leasesOf(name, token string) ([]string, []*lease, error) {
 func (m *Manager) wholeSet(leases []*lease) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	set := leases[0].set
-	return set != nil && len(set.leases) == len(leases) && !slices.ContainsFunc(leases, func(l *lease) bool { return l.set != set })
+	set := leases[0].pub.set
+	return set != nil && len(set.leases) == len(leases) && !slices.ContainsFunc(leases, func(l *lease) bool { return l.pub.set != set })
 }
 
 // Extend heartbeats every lock of the set, in parallel; it answers the set
@@ -420,8 +424,8 @@ func (s LockSets) List() []Info {
 	s.m.mu.Lock()
 	sets := map[*lockSet]bool{}
 	for _, l := range s.m.leases {
-		if l.set != nil {
-			sets[l.set] = true
+		if l.pub.set != nil {
+			sets[l.pub.set] = true
 		}
 	}
 	var out []Info

@@ -109,10 +109,23 @@ type Config struct {
 	// overload.go. Renewals are not bounded.
 	MaxAcquireRounds int
 	AdmissionWait    time.Duration
-	// HandOverYield is how long this sidecar's waiting head holds back once
-	// a chain of hand-overs ends while another sidecar's caller held the
-	// lock lately (0: DefaultHandOverYield); see handover.go.
-	HandOverYield time.Duration
+	// FenceBlock is how many fences a plain lock's grant reserves on the
+	// masters, to hand the lock from caller to caller of this sidecar
+	// without a round (0: DefaultFenceBlock; 1: no hand-over without a
+	// round); see tenure.go.
+	FenceBlock int
+	// Linger is how long this sidecar keeps a plain lock's keys after its
+	// last caller let go, to grant the next caller of this sidecar at once
+	// (0: none); at most MaxLingerShare of the key ttl. See tenure.go.
+	Linger time.Duration
+	// NoWaiterMarks turns waiter marks off: this sidecar's waiters leave
+	// none, and it hands a lock from caller to caller of its own whatever
+	// other sidecars' waiters (see tenure.go). Their marks still order
+	// this sidecar's takes of a free lock.
+	NoWaiterMarks bool
+	// FenceRetention is the masters' fence retention (0: an hour), which
+	// holder records share: a record is written again well before it.
+	FenceRetention time.Duration
 
 	Observer Observer     // nil: none
 	Logger   *slog.Logger // nil: discard
@@ -142,8 +155,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max hold %v must not be negative", c.MaxHold)
 	case c.NoQuorumRetry < 0 || c.NoQuorumRetry > MaxNoQuorumRetry:
 		return fmt.Errorf("no-quorum retry %v must be within [0s, %v]", c.NoQuorumRetry, MaxNoQuorumRetry)
-	case c.HandOverYield < 0:
-		return fmt.Errorf("hand-over yield %v must not be negative (0 takes the default)", c.HandOverYield)
+	case c.FenceBlock < 0 || c.FenceBlock > MaxFenceBlock:
+		return fmt.Errorf("fence block %d must be within [0, %d] (0 takes the default)", c.FenceBlock, MaxFenceBlock)
+	case c.Linger < 0 || c.Linger > time.Duration(float64(c.KeyTTL)*MaxLingerShare):
+		return fmt.Errorf("linger %v must be within [0s, %v] (%v of the key ttl)", c.Linger, time.Duration(float64(c.KeyTTL)*MaxLingerShare), MaxLingerShare)
 	}
 	return errors.Join(c.validateLimits(), c.validateAdmission())
 }
@@ -187,6 +202,24 @@ type Request struct {
 	// token, when set, is the lease's token: the locks of a set share
 	// theirs (lockset.go).
 	token string
+	// arrival is when the caller came (µs), for its place in line on the
+	// masters (its waiter mark, tenure.go); markUntil, when set, is until
+	// when a refusal leaves a mark (a waiting caller's deadline).
+	arrival   int64
+	markUntil time.Time
+	// keepOnIdle: a try refused by a sidecar that only lingers on the lock
+	// keeps what it took, to try again with the same value (grantID).
+	keepOnIdle bool
+	// rounds, when set, counts the rounds to the masters the acquisition
+	// made (for its debug log line).
+	rounds *int
+}
+
+// countRounds adds n rounds to the acquisition's count.
+func (r Request) countRounds(n int) {
+	if r.rounds != nil {
+		*r.rounds += n
+	}
 }
 
 // Info describes a lease held through this sidecar.
@@ -201,9 +234,14 @@ type Info struct {
 	Fence          int64     // the grant's fencing token (0 when fencing is off)
 	Hold           bool      // kept alive by the caller's connection
 	MaxHoldAt      time.Time // when the lease ends whatever happens (zero: never)
-	Permits        int       // a semaphore's permits (0 for a lock)
-	Slot           int       // the slot held: 1..Permits for a semaphore, 1..MaxReaders for a reader, else 0
-	Mode           Mode      // a read/write lock's side ("" for locks and semaphores)
+	// Tenure is the value the masters hold for the lease: its sidecar's
+	// hold of the keys, which several leases of one lock may share, one
+	// after another (tenure.go). Not a token, and not published by the
+	// API: tests match it to what the masters hold.
+	Tenure  string
+	Permits int  // a semaphore's permits (0 for a lock)
+	Slot    int  // the slot held: 1..Permits for a semaphore, 1..MaxReaders for a reader, else 0
+	Mode    Mode // a read/write lock's side ("" for locks and semaphores)
 	// Locks are a lock set's locks, by name (each with its own fence and
 	// validity); the set's ValidUntil is the earliest of theirs.
 	Locks []Info
@@ -235,14 +273,41 @@ type Manager struct {
 	limits   limiter
 	admit    *admission // bounds acquisition rounds (overload.go)
 
+	// id names this sidecar to the others on the masters (its waiter
+	// marks), and channel is where the masters tell it that another
+	// sidecar wants one of its locks, or released one it asked for
+	// (tenure.go).
+	id, channel string
+	// channelUse counts what needs channel watched (tenures of plain
+	// locks, acquisitions of them); stopChannel cancels the watch.
+	channelUse  int
+	stopChannel func()
+	channelIdle *time.Timer
+
 	mu      sync.Mutex
 	closing bool
-	leases  map[string]*lease   // live leases by resource (target.resource)
-	pending map[string]struct{} // resources being acquired right now
-	queues  map[string]*queue   // callers waiting, by target.queue
-	waiting int                 // callers in all queues
+	leases  map[string]*lease    // live leases by resource (target.resource)
+	tenures map[string]*tenure   // held keys by resource (tenure.go)
+	letting map[string][]letting // keys being released, by target.queue (tenure.go)
+	// releasing counts the releases under way in the background (letting's
+	// entries): past MaxReleasing, a caller's release waits for its own.
+	releasing int
+	awaiting  map[string][]chan struct{}
+	// recentlyLet is when this sidecar last let go of a plain lock's keys,
+	// by resource (tenure.go: hot locks linger); recentKept is its size
+	// after its last pruning.
+	recentlyLet map[string]time.Time
+	recentKept  int
+	pending     map[string]struct{} // resources being acquired right now
+	queues      map[string]*queue   // callers waiting, by target.queue
+	waiting     int                 // callers in all queues
+	// background counts the work on the masters under way off the
+	// callers' paths (releases, hand-overs, notes; tenure.go), which Close
+	// waits for; backgroundIdle is signalled when it drops to 0.
+	background     int
+	backgroundIdle *sync.Cond
 	// renewals is the renewal grid: leases by the slot they renew in.
-	renewals    map[int64][]*lease
+	renewals    map[int64][]*tenure
 	renewWake   chan struct{} // 1-buffered: the grid gained its first lease
 	renewerDone chan struct{}
 }
@@ -253,7 +318,7 @@ func NewManager(locker Locker, cfg Config) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withLimitDefaults().withAdmissionDefaults().withHandOverDefaults()
+	cfg = cfg.withLimitDefaults().withAdmissionDefaults().withTenureDefaults()
 	obs := cfg.Observer
 	if obs == nil {
 		obs = nopObserver{}
@@ -262,20 +327,33 @@ func NewManager(locker Locker, cfg Config) (*Manager, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	id, err := newSecret()
+	if err != nil {
+		return nil, err
+	}
 	m := &Manager{
 		locker:      newRenewalRetrier(locker), // overload.go
 		cfg:         cfg,
 		obs:         obs,
 		log:         log,
+		id:          id,
+		channel:     cfg.KeyPrefix + channelMark + id,
 		stopping:    make(chan struct{}),
 		leases:      make(map[string]*lease),
+		tenures:     make(map[string]*tenure),
+		letting:     make(map[string][]letting),
 		pending:     make(map[string]struct{}),
 		queues:      make(map[string]*queue),
-		renewals:    make(map[int64][]*lease),
+		renewals:    make(map[int64][]*tenure),
 		renewWake:   make(chan struct{}, 1),
 		renewerDone: make(chan struct{}),
 		admit:       newAdmission(cfg.MaxAcquireRounds, cfg.AdmissionWait),
 	}
+	m.backgroundIdle = sync.NewCond(&m.mu)
+	// The channel is watched from the first acquire of a lock on (for
+	// channelKeep after the last use), not from the start: a pod that never
+	// locks holds no subscription. A message in the subscription's first
+	// round trip can be missed; each has a bounded fallback (tenure.go).
 	go m.renewLoop()
 	return m, nil
 }
@@ -311,6 +389,20 @@ func (m *Manager) acquire(ctx context.Context, req Request) (Info, error) {
 			return Info{}, err
 		}
 	}
+	rounds := 0
+	req.rounds = &rounds
+	if req.kind == KindLock {
+		// A lock another sidecar only lingers on is asked for, and its
+		// release announced, on this sidecar's channel (tenure.go).
+		m.mu.Lock()
+		m.useChannelLocked()
+		m.mu.Unlock()
+		defer func() {
+			m.mu.Lock()
+			m.unuseChannelLocked()
+			m.mu.Unlock()
+		}()
+	}
 	if req.Wait == 0 {
 		info, err = m.tryAcquireOnce(ctx, req, start)
 	} else {
@@ -330,11 +422,36 @@ func (m *Manager) acquire(ctx context.Context, req Request) (Info, error) {
 // again after reconnecting) is retried while the NoQuorumRetry budget
 // since start allows. Masters held out for longer (a restart probation)
 // make it fail as soon as the budget cannot cover a retry, and an outage
-// the health checks already see (QuorumUp) at once.
+// the health checks already see (QuorumUp) at once. A lock that another
+// sidecar only lingers on (nobody holds it) is asked for, and tried once
+// more when that sidecar has let go: one round more than a free lock.
 func (m *Manager) tryAcquireOnce(ctx context.Context, req Request, start time.Time) (Info, error) {
 	budgetEnd := start.Add(m.cfg.NoQuorumRetry)
+	req.arrival = start.UnixMicro()
+	if req.kind == KindLock && req.grantID == "" {
+		// Every try puts the same value on the masters: a try refused by a
+		// sidecar that only lingers keeps what it took, and the next one
+		// takes the rest, with no round to undo the first in between.
+		var err error
+		if req.grantID, err = newSecret(); err != nil {
+			return Info{}, err
+		}
+		req.keepOnIdle = true
+	}
+	awaitRelease, done := m.expectRelease(req.target().resource(0))
+	defer done()
 	for {
 		info, err := m.tryAcquire(ctx, req, false)
+		var held *HeldError
+		if errors.As(err, &held) && held.Idle && req.keepOnIdle {
+			req.keepOnIdle = false // one more try, which releases what it took if refused
+			if err := awaitRelease(ctx, held.IdleOn, min(held.IdleFor, MaxRevokeWait)+expirySlack); err != nil {
+				key := m.cfg.KeyPrefix + req.target().resource(0)
+				_ = m.locker.ReleaseTenure(context.WithoutCancel(ctx), key, masterValue(req.grantID, req.Owner), redlock.WaiterMark{Sidecar: m.id}, "")
+				return Info{}, err
+			}
+			continue
+		}
 		if !errors.Is(err, ErrNoQuorum) {
 			return info, err
 		}
@@ -369,27 +486,48 @@ func (m *Manager) tryAcquire(ctx context.Context, req Request, fromQueue bool) (
 }
 
 // tryAcquireSlot makes one round to the masters for a lock or a writer
-// (slot 0), one slot of a semaphore or one reader's slot. A caller outside the queue (fromQueue false) does
-// not jump ahead of waiters. A caller whose ctx ended during the round
-// holds nothing and hears ctx's error, whatever the masters answered: a
-// round cut short says nothing about them.
+// (slot 0), one slot of a semaphore or one reader's slot; a lock whose
+// keys this sidecar lingers on is granted at once, with no round. A
+// caller outside the queue (fromQueue false) does not jump ahead of
+// waiters. A caller whose ctx ended during the round holds nothing and
+// hears ctx's error, whatever the masters answered: a round cut short
+// says nothing about them.
 func (m *Manager) tryAcquireSlot(ctx context.Context, req Request, slot int, fromQueue bool) (Info, error) {
 	res := req.target().resource(slot)
-	if err := m.reserve(res, fromQueue); err != nil {
-		return Info{}, err
+	for {
+		l, letting, err := m.reserve(req, res, fromQueue)
+		switch {
+		case err != nil:
+			return Info{}, err
+		case l != nil:
+			m.changed(l)
+			return l.info(true), nil
+		case letting == nil:
+		default:
+			// This sidecar's own keys of res are being released: wait for
+			// the answer rather than meet them on the masters.
+			select {
+			case <-letting:
+				continue
+			case <-ctx.Done():
+				return Info{}, ctx.Err()
+			case <-m.stopping:
+				return Info{}, ErrShuttingDown
+			}
+		}
+		break
 	}
 	l, err := newLease(m, req, slot)
 	if err != nil {
 		m.unreserve(res)
 		return Info{}, err
 	}
-	grant, err := m.acquireAdmitted(ctx, l)
-	if fromQueue && errors.Is(err, ErrLockHeld) {
-		m.noteRemoteHolder(req)
-	}
+	t := newTenure(m, l, m.plainLock(req))
+	l.t = t
+	err = m.acquireAdmitted(ctx, l, req)
 	if ctx.Err() != nil && err == nil {
 		// The release must run whole although ctx has ended.
-		_ = m.locker.Release(context.WithoutCancel(ctx), l.key, l.value)
+		_ = m.locker.ReleaseTenure(context.WithoutCancel(ctx), t.key, t.value, redlock.WaiterMark{Sidecar: m.id}, "")
 		err = ctx.Err()
 	} else if cut := endedBy(ctx); err != nil && cut != nil {
 		err = cut // the failed round released it everywhere (Locker.Acquire)
@@ -398,56 +536,170 @@ func (m *Manager) tryAcquireSlot(ctx context.Context, req Request, slot int, fro
 		m.unreserve(res)
 		return Info{}, err
 	}
-	l.keysValidUntil = grant.ValidUntil
-	l.fence = grant.Fence
 	if err := m.start(l); err != nil {
-		_ = m.locker.Release(context.WithoutCancel(ctx), l.key, l.value)
+		_ = m.locker.ReleaseTenure(context.WithoutCancel(ctx), t.key, t.value, redlock.WaiterMark{Sidecar: m.id}, "")
 		return Info{}, err
 	}
 	m.changed(l)
 	return l.info(true), nil
 }
 
+// plainLock tells whether req's keys may make a tenure that outlives its
+// lease (tenure.go): a plain lock's, not a lock set's.
+func (m *Manager) plainLock(req Request) bool {
+	return req.kind == KindLock && req.token == ""
+}
+
 // acquireAdmitted runs l's acquisition round once the admission gate lets
 // it (overload.go): beyond it, a burst is refused as overloaded instead of
-// timing out at the masters as no quorum.
-func (m *Manager) acquireAdmitted(ctx context.Context, l *lease) (redlock.Grant, error) {
+// timing out at the masters as no quorum. A plain lock is taken with a
+// block of fences and a place in line (redlock.Locker.Take); on success
+// l and its tenure know their keys' validity and fences.
+func (m *Manager) acquireAdmitted(ctx context.Context, l *lease, req Request) error {
 	leave, err := m.admit.enter(ctx, m.stopping)
 	if err != nil {
-		return redlock.Grant{}, err
+		return err
 	}
 	defer leave()
+	t := l.t
+	var grant redlock.Grant
 	switch l.mode {
 	case ModeShared:
-		return m.locker.AcquireReader(ctx, l.key, l.value, l.keyTTL, m.rwKeys(l.name))
+		grant, err = m.locker.AcquireReader(ctx, t.key, t.value, t.keys.ttl, m.rwKeys(l.name))
 	case ModeExclusive:
-		return m.locker.AcquireWriter(ctx, l.value, l.keyTTL, m.writerKeys(l.name))
+		grant, err = m.locker.AcquireWriter(ctx, t.value, t.keys.ttl, m.writerKeys(l.name))
+	default:
+		if t.plain || req.token != "" {
+			return m.take(ctx, l, req)
+		}
+		grant, err = m.locker.Acquire(ctx, t.key, t.value, t.keys.ttl)
 	}
-	return m.locker.Acquire(ctx, l.key, l.value, l.keyTTL)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	t.keys.validUntil, l.fence = grant.ValidUntil, grant.Fence
+	t.next, t.top = grant.Fence+1, grant.Fence
+	m.mu.Unlock()
+	return nil
+}
+
+// take takes a lock's keys with a block of fences and the caller's place
+// in line (a lock set's lock too, with a block of one: its tenure never
+// outlives it). Where the masters cannot keep a tenure (or the key is
+// moving between quorum groups), it is a plain acquire, and the tenure a
+// plain one.
+func (m *Manager) take(ctx context.Context, l *lease, req Request) error {
+	t := l.t
+	mark := redlock.WaiterMark{}
+	if !req.markUntil.IsZero() && m.cfg.waiterMarks() {
+		mark = redlock.WaiterMark{TTL: m.markTTL(req.markUntil, time.Now())}
+	}
+	treq := m.takeRequest(l, t, mark)
+	treq.Mark.Arrival, treq.KeepOnIdle = req.arrival, req.keepOnIdle
+	if !t.plain {
+		treq.Block = 1
+	}
+	got, err := m.locker.Take(ctx, treq)
+	req.countRounds(max(1, got.Rounds))
+	if errors.Is(err, redlock.ErrTenureUnsupported) {
+		t.plain = false
+		var grant redlock.Grant
+		if grant, err = m.locker.Acquire(ctx, t.key, t.value, t.keys.ttl); err == nil {
+			got = redlock.Tenure{ValidUntil: grant.ValidUntil, First: grant.Fence, Top: grant.Fence}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	t.tookLocked(l, got)
+	m.mu.Unlock()
+	return nil
+}
+
+// takeRequest asks for l's keys for tenure t, with mark as the caller's
+// place in line (the mark's Arrival is w's, or set by the caller).
+func (m *Manager) takeRequest(l *lease, t *tenure, mark redlock.WaiterMark) redlock.TakeRequest {
+	mark.Sidecar = m.id
+	return redlock.TakeRequest{
+		Key: t.key, Value: t.value, TTL: t.keys.ttl, Block: int64(m.cfg.FenceBlock),
+		Holder: redlock.HolderRecord{Grant: l.grantID, Owner: l.owner, Channel: m.channel},
+		Mark:   mark,
+	}
+}
+
+// tookLocked records a take's grant: the keys' validity, the block (its
+// first fence is l's), and the oldest waiter of another sidecar seen. The
+// caller holds m.mu.
+func (t *tenure) tookLocked(l *lease, got redlock.Tenure) {
+	now := time.Now()
+	t.keys.validUntil = got.ValidUntil
+	l.t, l.fence = t, got.First
+	t.next, t.top, t.granted = got.First+1, got.Top, 1
+	t.learnLocked(got.Oldest, "", now)
+	if at, ok := t.m.recentlyLet[t.res]; ok && now.Sub(at) < t.m.cfg.hotWindow() {
+		t.hot = true
+	}
 }
 
 // reserve lets one acquisition per resource go to the masters from this
-// sidecar; others see it as held without a round trip.
-func (m *Manager) reserve(name string, fromQueue bool) error {
+// sidecar; others see it as held without a round trip. A plain lock whose
+// keys this sidecar lingers on is granted here at once (l), with the next
+// fence of its block; keys of res that this sidecar is releasing make the
+// caller wait for the release (letting).
+func (m *Manager) reserve(req Request, res string, fromQueue bool) (l *lease, letting <-chan struct{}, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closing {
-		return ErrShuttingDown
+		return nil, nil, ErrShuttingDown
 	}
-	if _, queued := m.queues[name]; queued && !fromQueue {
-		return &HeldError{}
+	if _, queued := m.queues[req.target().queue()]; queued && !fromQueue {
+		return nil, nil, &HeldError{}
 	}
-	if l, ok := m.leases[name]; ok {
-		return &HeldError{RetryAfter: l.lapsesIn(time.Now())}
+	if l, ok := m.leases[res]; ok {
+		return nil, nil, &HeldError{RetryAfter: l.retryHintLocked(time.Now())}
 	}
-	if _, ok := m.pending[name]; ok {
-		return &HeldError{}
+	if t, ok := m.tenures[res]; ok {
+		if t.state != tenureLingering {
+			return nil, nil, &HeldError{} // being handed over in a round
+		}
+		if l, err := m.grantLingeringLocked(t, req); l != nil || err != nil {
+			return l, nil, err
+		}
+	}
+	if ls := m.letting[req.target().queue()]; len(ls) > 0 {
+		return nil, ls[0].done, nil
+	}
+	if _, ok := m.pending[res]; ok {
+		return nil, nil, &HeldError{}
 	}
 	if err := m.checkLockLimitLocked(); err != nil {
-		return err
+		return nil, nil, err
 	}
-	m.pending[name] = struct{}{}
-	return nil
+	m.pending[res] = struct{}{}
+	return nil, nil, nil
+}
+
+// grantLingeringLocked grants req the keys t lingers on, with the next
+// fence of the block, if it still may (keys valid, a fence left); else
+// it lets them go (the caller then waits for that release). The caller
+// holds m.mu.
+func (m *Manager) grantLingeringLocked(t *tenure, req Request) (*lease, error) {
+	if !t.canGrantLocked(time.Now()) {
+		t.letGoLocked(redlock.WaiterMark{})
+		return nil, nil
+	}
+	if err := m.checkLockLimitLocked(); err != nil {
+		return nil, err
+	}
+	l, err := newLease(m, req, 0)
+	if err != nil {
+		return nil, err
+	}
+	t.grantLocked(l)
+	m.startLocked(l, false)
+	return l, nil
 }
 
 func (m *Manager) unreserve(name string) {
@@ -456,25 +708,36 @@ func (m *Manager) unreserve(name string) {
 	m.mu.Unlock()
 }
 
-// start turns a granted reservation into a live lease: published by name,
-// placed in the renewal grid, its timers armed.
+// start turns a granted reservation into a live lease on a new tenure:
+// published by resource, its tenure placed in the renewal grid, its
+// timers armed.
 func (m *Manager) start(l *lease) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.startLocked(l)
-}
-
-// startLocked is start; the caller holds m.mu.
-func (m *Manager) startLocked(l *lease) error {
 	delete(m.pending, l.res)
 	if m.closing {
 		return ErrShuttingDown
 	}
+	m.startLocked(l, true)
+	return nil
+}
+
+// startLocked publishes l, whose tenure is new (fresh: it joins the
+// renewal grid) or held already. The caller holds m.mu.
+func (m *Manager) startLocked(l *lease, fresh bool) {
+	t := l.t
 	m.leases[l.res] = l
-	m.scheduleLocked(l, l.acquiredAt.Add(l.renewInterval()))
+	t.lease, t.state = l, tenureHolding
+	if fresh {
+		m.tenures[t.res] = t
+		m.scheduleLocked(t, l.acquiredAt.Add(t.renewInterval()))
+		if t.plain {
+			t.usesChannel = true
+			m.useChannelLocked()
+		}
+	}
 	m.wg.Add(1) // done when the lease ends
 	l.startTimers()
-	return nil
 }
 
 // Extend renews the caller's lease, optionally with a new ttl, and confirms
@@ -535,14 +798,108 @@ func (m *Manager) release(ctx context.Context, find finder, name, token string) 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return l.release(ctx)
+	if err := l.release(ctx); err != nil {
+		return err
+	}
+	m.throttleRelease(ctx, l)
+	return nil
+}
+
+// MaxReleasing is how many releases may be under way in the background
+// before a caller's release waits for its own round, as it did before
+// releases left the caller's path. Below it a release costs its caller no
+// round; past it the sidecar sends more than its masters answer in time
+// (a burst of many callers), and the background releases, which no
+// admission bounds (overload.go), would crowd out the acquisitions' calls:
+// waiting makes the burst's own callers slow down instead.
+const MaxReleasing = 16
+
+// throttleRelease waits, while more than MaxReleasing releases are under
+// way, until l's own release has been answered (or ctx ends: it goes on
+// regardless).
+func (m *Manager) throttleRelease(ctx context.Context, l *lease) {
+	m.mu.Lock()
+	if m.releasing <= MaxReleasing {
+		m.mu.Unlock()
+		return
+	}
+	var done <-chan struct{}
+	for _, lg := range m.letting[l.t.queue] {
+		if lg.value == l.t.value {
+			done = lg.done
+		}
+	}
+	m.mu.Unlock()
+	if done == nil {
+		return // handed over, lingering, or already answered
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // WatchReleases calls notify (which must not block) each time a master
-// announces a release of the lock name, until cancel; see
+// announces a release of the lock name, or a new holder of it in a holder
+// record (a hand-over inside another sidecar), until cancel; see
 // redlock.Locker.WatchReleases.
 func (m *Manager) WatchReleases(name string, notify func()) (cancel func()) {
-	return m.watchReleases([]string{name}, notify)
+	key := m.cfg.KeyPrefix + name
+	stopReleases := m.locker.WatchReleases(key, notify)
+	stopNotes := m.locker.WatchReleases(redlock.HolderChannel(key), notify)
+	return func() { stopReleases(); stopNotes() }
+}
+
+// goLocked runs f in the background, counted for Close. The caller holds
+// m.mu.
+func (m *Manager) goLocked(f func()) {
+	m.background++
+	go func() {
+		f()
+		m.mu.Lock()
+		m.background--
+		if m.background == 0 {
+			m.backgroundIdle.Broadcast()
+		}
+		m.mu.Unlock()
+	}()
+}
+
+// useChannelLocked counts a use of this sidecar's channel (a plain lock's
+// tenure, an acquisition of one), watching it from the first: the masters
+// tell it there that another sidecar wants one of its locks, or released
+// one it asked for. The caller holds m.mu.
+func (m *Manager) useChannelLocked() {
+	m.channelUse++
+	if m.channelIdle != nil {
+		m.channelIdle.Stop()
+		m.channelIdle = nil
+	}
+	if m.stopChannel == nil && !m.closing {
+		m.stopChannel = m.locker.WatchChannel(m.channel, m.heard)
+	}
+}
+
+// channelKeep is how long the channel stays watched after its last use:
+// a subscription takes a round trip to become active, and a sidecar that
+// locks now and then should not miss the first message of each time.
+const channelKeep = 30 * time.Second
+
+// unuseChannelLocked ends a use of the channel; channelKeep after the last
+// one, it is no longer watched. The caller holds m.mu.
+func (m *Manager) unuseChannelLocked() {
+	m.channelUse--
+	if m.channelUse > 0 || m.stopChannel == nil {
+		return
+	}
+	m.channelIdle = time.AfterFunc(channelKeep, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.channelUse == 0 && m.stopChannel != nil {
+			m.stopChannel()
+			m.stopChannel = nil
+		}
+	})
 }
 
 // changed tells Config.Changed that the lease of a lock started or ended.
@@ -582,13 +939,45 @@ func (m *Manager) inspectKey(ctx context.Context, name, key string) (Status, err
 		}
 		return Status{}, err
 	}
-	st := Status{Name: name, Held: h.Held}
-	if h.Held {
-		st.Grant, st.Owner, _ = strings.Cut(h.Value, ":")
-		st.ValidUntil = h.ValidUntil
-		st.Fence = h.Fence
+	if !h.Held {
+		return Status{Name: name}, nil
+	}
+	st := Status{Name: name, Held: !h.Idle, ValidUntil: h.ValidUntil, Fence: h.Fence}
+	st.Grant, st.Owner, _ = strings.Cut(h.Value, ":")
+	if h.Recorded {
+		st.Grant, st.Owner = h.Grant, h.Owner
+	}
+	st = m.knownHolder(st, key, h.Value)
+	if !st.Held {
+		return Status{Name: name}, nil
 	}
 	return st, nil
+}
+
+// knownHolder is st as this sidecar knows it when it holds key under
+// value: its lease, exactly, where the masters' holder record may lag
+// behind a hand-over without a round (tenure.go); free while it lingers.
+func (m *Manager) knownHolder(st Status, key, value string) Status {
+	res, ok := strings.CutPrefix(key, m.cfg.KeyPrefix)
+	if !ok {
+		return st
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.tenures[res]
+	if !ok || t.value != value {
+		if m.lettingGoLocked(res, value) {
+			return Status{Name: st.Name} // released here; the masters hear of it within a round
+		}
+		return st
+	}
+	switch l := t.lease; {
+	case l != nil:
+		st.Held, st.Grant, st.Owner, st.Fence = true, l.grantID, l.owner, l.fence
+	case t.state == tenureLingering:
+		st.Held = false
+	}
+	return st
 }
 
 // List returns the live locks of this sidecar by name, without tokens.
@@ -637,12 +1026,34 @@ func (m *Manager) Close(ctx context.Context) error {
 	for _, l := range m.leases {
 		live = append(live, l)
 	}
+	// Keys nobody holds (a linger) carry no promise: they are released.
+	for _, t := range m.tenures {
+		if t.state == tenureLingering {
+			t.letGoLocked(redlock.WaiterMark{})
+		}
+	}
 	m.mu.Unlock()
 	for _, l := range live {
 		go l.finish(EndShutdown, nil)
 	}
 	done := make(chan struct{})
-	go func() { m.wg.Wait(); <-m.renewerDone; close(done) }()
+	go func() {
+		m.wg.Wait()
+		<-m.renewerDone
+		m.mu.Lock()
+		for m.background > 0 { // releases, hand-overs and notes under way
+			m.backgroundIdle.Wait()
+		}
+		if m.stopChannel != nil {
+			m.stopChannel()
+			m.stopChannel = nil
+		}
+		if m.channelIdle != nil {
+			m.channelIdle.Stop()
+		}
+		m.mu.Unlock()
+		close(done)
+	}()
 	select {
 	case <-done:
 		return nil

@@ -62,20 +62,21 @@ type queue struct {
 	wake      chan WakeSource // 1-buffered: wake-ups coalesce
 	stopWatch func()
 	permits   int // a semaphore's, asked by every waiter (0 for a lock)
-	handOvers int // hand-overs in a row (handover.go); guarded by the Manager's lock
-	// yieldUntil: the head lets other sidecars try first until then, after
-	// a chain of hand-overs ended (handover.go); guarded by the Manager's lock.
-	yieldUntil time.Time
-	// remoteSeen: when the masters last refused this lock to the head while
-	// no lease of this sidecar held it (handover.go); guarded likewise.
-	remoteSeen time.Time
+	// marked: a head's try may have left this sidecar's mark on the
+	// masters (tenure.go), to be removed when the queue empties. Guarded
+	// by the Manager's lock.
+	marked bool
 }
 
 type waiter struct {
 	turn   chan struct{} // closed when the waiter becomes the head
 	req    Request       // what it waits for: a hand-over grants it this
 	handed chan *lease   // 1-buffered: a lock handed over to it (handover.go)
-	left   bool          // it left the queue; guarded by the Manager's lock
+	// arrival is when it joined the queue, in µs (its place in line on the
+	// masters); deadline is when its wait ends.
+	arrival  int64
+	deadline time.Time
+	left     bool // it left the queue; guarded by the Manager's lock
 }
 
 // signal wakes the head without blocking; pending wake-ups coalesce.
@@ -90,11 +91,13 @@ func (q *queue) signal(src WakeSource) {
 // until the lock is granted, the deadline passes or ctx ends.
 func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time.Time) (Info, error) {
 	id := req.target().queue()
-	q, w, err := m.enqueue(req, id)
+	q, w, err := m.enqueue(req, id, deadline)
 	if err != nil {
 		return Info{}, err
 	}
 	defer m.dequeue(id, q, w)
+	// Every try of the head keeps its place in line on the masters.
+	req.arrival, req.markUntil = w.arrival, deadline
 	expired := time.NewTimer(time.Until(deadline))
 	defer expired.Stop()
 	select {
@@ -109,12 +112,9 @@ func (m *Manager) acquireWaiting(ctx context.Context, req Request, deadline time
 		return Info{}, ErrShuttingDown
 	}
 	for outage := 0; ; {
-		if l, handed, err := m.yieldTurn(ctx, q, w); handed || err != nil {
-			if err != nil {
-				return Info{}, err
-			}
-			return m.handedOver(l), nil
-		}
+		m.mu.Lock()
+		q.marked = q.marked || req.kind == KindLock
+		m.mu.Unlock()
 		info, err := m.tryAcquire(ctx, req, true)
 		pause, timerSource, again := m.nextTry(err, outage)
 		if !again {
@@ -163,6 +163,11 @@ func (m *Manager) nextTry(err error, outage int) (time.Duration, WakeSource, boo
 	var overloaded *OverloadedError
 	switch {
 	case errors.As(err, &held):
+		if held.Idle {
+			// Another sidecar only lingers on it, and was asked to let go:
+			// its release (announced) wakes the head, else the linger's end.
+			return held.IdleFor + expirySlack, WakeExpiry, true
+		}
 		if held.RetryAfter == 0 {
 			return jitter(splitLo, splitHi), WakeSplit, true
 		}
@@ -205,7 +210,7 @@ func noQuorumPause(err error) time.Duration {
 // who is the head at once. A queue full at MaxWaitersPerName refuses: one
 // hot name must not take every waiting slot of the sidecar from the
 // others.
-func (m *Manager) enqueue(req Request, id string) (*queue, *waiter, error) {
+func (m *Manager) enqueue(req Request, id string, deadline time.Time) (*queue, *waiter, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	q, ok := m.queues[id]
@@ -217,7 +222,7 @@ func (m *Manager) enqueue(req Request, id string) (*queue, *waiter, error) {
 		q.stopWatch = m.watchReleases(req.target().resources(), func() { q.signal(WakePubSub) })
 		m.queues[id] = q
 	}
-	w := &waiter{turn: make(chan struct{}), req: req, handed: make(chan *lease, 1)}
+	w := &waiter{turn: make(chan struct{}), req: req, handed: make(chan *lease, 1), arrival: time.Now().UnixMicro(), deadline: deadline}
 	q.waiters = append(q.waiters, w)
 	if len(q.waiters) == 1 {
 		close(w.turn)
@@ -254,6 +259,11 @@ func (m *Manager) dequeueLocked(name string, q *queue, w *waiter) {
 	if len(q.waiters) == 0 {
 		delete(m.queues, name)
 		q.stopWatch()
+		if q.marked {
+			// Nobody of this sidecar waits any more: its mark goes.
+			key := m.cfg.KeyPrefix + name
+			m.goLocked(func() { _ = m.locker.RemoveMark(context.Background(), key, m.id) })
+		}
 	}
 }
 

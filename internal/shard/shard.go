@@ -250,17 +250,6 @@ func (r *Router) acquireIn(ctx context.Context, key, value string, acquire func(
 	return grant, nil
 }
 
-// HandOver hands key over in its group (redlock.Locker.HandOver). A key
-// that is moving is not handed over (ErrHandOverUnsupported): it is
-// released and taken again, through both groups.
-func (r *Router) HandOver(ctx context.Context, key, from, to string, ttl time.Duration, floor int64) (redlock.Grant, error) {
-	home, prev := r.route(key)
-	if prev != nil {
-		return redlock.Grant{}, redlock.ErrHandOverUnsupported
-	}
-	return home.HandOver(ctx, key, from, to, ttl, floor)
-}
-
 // Extend extends key in its group, or in both groups while it moves.
 func (r *Router) Extend(ctx context.Context, key, value string, ttl time.Duration) (redlock.Grant, error) {
 	home, prev := r.route(key)

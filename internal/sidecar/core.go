@@ -59,10 +59,15 @@ func WithHealthObserver(changed func(prev, cur health.Report)) Option {
 }
 
 // WithLeaseTuning adjusts the lease manager's configuration (what cfg
-// does not set: admission, hand-over yield...) before it is built.
+// does not set: admission...) before it is built.
 func WithLeaseTuning(tune func(*lease.Config)) Option {
 	return func(o *options) { o.tuneLeases = tune }
 }
+
+// WithRedlockClock gives the sidecar's Lockers a clock of their own (it
+// must keep a monotonic reading): the simulator runs a sidecar whose fence
+// proposals come from a clock that runs behind.
+func WithRedlockClock(now func() time.Time) Option { return func(o *options) { o.redlockNow = now } }
 
 // WithWatchPoll sets how often the watch hub reads a watched lock from the
 // masters (0: watch.DefaultPoll).
@@ -149,6 +154,7 @@ func (c *Core) newLeases(locker lease.Locker) (*lease.Manager, error) {
 		KeyPrefix: c.cfg.KeyPrefix, KeyTTL: c.cfg.KeyTTL, DefaultTTL: c.cfg.DefaultTTL,
 		MaxTTL: c.cfg.MaxTTL, MaxWait: c.cfg.MaxWait, MaxHold: c.cfg.MaxHold, MaxLocks: c.cfg.MaxLocks, MaxWaiters: c.cfg.MaxWaiters, MaxWaitersPerName: c.cfg.MaxWaitersPerName,
 		NoQuorumRetry: c.cfg.NoQuorumRetry, QuorumUp: func() bool { return !c.checker.QuorumLost() }, Observer: obs, Logger: c.log,
+		FenceBlock: c.cfg.FenceBlock, Linger: c.cfg.Linger, NoWaiterMarks: !c.cfg.WaiterMarks, FenceRetention: c.cfg.FenceRetention,
 		// Leases start and end only once the API serves, after c.watches
 		// is set.
 		Changed: func(name string) { c.watches.Changed(name) },

@@ -34,6 +34,7 @@ func (c *Core) buildGroups(specs []config.GroupSpec) ([]*redlock.Locker, error) 
 		l, err := redlock.New(nodes, redlock.Config{
 			Name: spec.Name, NodeTimeout: cfg.NodeTimeout, DriftFactor: cfg.DriftFactor, Fencing: cfg.Fencing, FenceRetention: cfg.FenceRetention,
 			Excluders: lease.Excluders(cfg.KeyPrefix),
+			Now:       c.opts.redlockNow,
 		})
 		if err != nil {
 			closeNodes(nodes)

@@ -55,6 +55,7 @@ type options struct {
 	healthChanged  func(prev, cur health.Report)
 	tuneLeases     func(*lease.Config)
 	watchPoll      time.Duration
+	redlockNow     func() time.Time // the Lockers' clock (WithRedlockClock)
 }
 
 // WithLogger sets the logger (default: discard).

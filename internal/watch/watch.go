@@ -4,7 +4,9 @@
 //
 // One goroutine per watched name (however many streams watch it) reads the
 // name from the masters: at once, again whenever a master announces a
-// release of it or a lease of this sidecar on it starts or ends, and at
+// release of it or a new holder note (a sidecar handed it to another of
+// its callers with no round, and noted the new holder a round later), or a
+// lease of this sidecar on it starts or ends, and at
 // least every Poll otherwise (faster for a moment after a change, when a
 // waiting successor is likely to take the name). So a change is reported
 // within about Poll plus one round to the masters, and usually within one
@@ -37,7 +39,7 @@ import (
 type Source interface {
 	Inspect(ctx context.Context, name string) (lease.Status, error)
 	// WatchReleases calls notify (which must not block) when a master
-	// announces a release of name, until cancel.
+	// announces a release of name or a new holder of it, until cancel.
 	WatchReleases(name string, notify func()) (cancel func())
 }
 

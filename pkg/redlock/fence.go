@@ -167,19 +167,10 @@ func (l *Locker) allOneRoundFencers() bool {
 // committed it, the grant is final in this one round, else the commit
 // round follows (grantFenced).
 func (l *Locker) acquireProposed(ctx context.Context, key, value string, ttl time.Duration, floor int64) (Grant, error) {
-	return l.grantProposed(ctx, key, value, ttl, floor, func(ctx context.Context, n Node, proposal int64) (Proposal, error) {
-		return n.(OneRoundFencer).AcquireProposed(ctx, key, FenceKey(key), value, ttl, proposal, l.fenceRetention)
-	})
-}
-
-// grantProposed is acquireProposed whose round makes each master's call
-// with take (an AcquireProposed, or a HandOver).
-func (l *Locker) grantProposed(ctx context.Context, key, value string, ttl time.Duration, floor int64,
-	take func(ctx context.Context, n Node, proposal int64) (Proposal, error)) (Grant, error) {
 	start := l.now()
 	proposal := max(start.Add(proposalLead).UnixMicro(), floor+1)
 	replies := fanOut(ctx, l, func(ctx context.Context, n Node) reply {
-		p, err := take(ctx, n, proposal)
+		p, err := n.(OneRoundFencer).AcquireProposed(ctx, key, FenceKey(key), value, ttl, proposal, l.fenceRetention)
 		return reply{ok: p.Acquired, held: err == nil && !p.Acquired, ttl: p.HolderTTL, fence: p.Fence, committed: p.Committed, prev: p.Prev, err: err}
 	})
 	if committedBy(replies) < l.quorum {

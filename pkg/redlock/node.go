@@ -175,17 +175,6 @@ type OneRoundFencer interface {
 	WithdrawProposal(ctx context.Context, key, fenceKey, value string, proposal, prev int64, retention time.Duration) (bool, error)
 }
 
-// HandOverer is implemented by OneRoundFencers that can hand a key from
-// one value to another in one atomic step, so that a sidecar can give a
-// lock its caller released to the next caller waiting for it without
-// letting it go (Locker.HandOver).
-type HandOverer interface {
-	OneRoundFencer
-	// HandOver is AcquireProposed for the value to, where a key held by
-	// the value from counts as free: it is replaced, never released.
-	HandOver(ctx context.Context, key, fenceKey, from, to string, ttl time.Duration, proposal int64, retention time.Duration) (Proposal, error)
-}
-
 // Proposal is a master's answer to OneRoundFencer.AcquireProposed. An
 // alias of a struct type, so that memnode can mirror it without importing
 // this package (as it mirrors ExtendItem).

@@ -61,6 +61,9 @@ type HeldError struct {
 	// release announcement (at most IdleFor) and try again.
 	Idle    bool
 	IdleFor time.Duration
+	// IdleOn is how many masters refused it so: each announces the
+	// release it makes.
+	IdleOn int
 	// ByMark (Take only): the key was free on some master, but an older
 	// waiter of another sidecar has a live mark there.
 	ByMark bool

@@ -90,6 +90,11 @@ type TakeRequest struct {
 	// Mark is the caller's place (Sidecar, Arrival in µs); with TTL > 0 a
 	// refusal leaves or refreshes it.
 	Mark WaiterMark
+	// KeepOnIdle: a refusal by a holder that only lingers leaves the key
+	// where this value took it (a minority), instead of releasing it: the
+	// caller tries again with the same value once the holder has let go,
+	// or releases it.
+	KeepOnIdle bool
 }
 
 // Tenure is a granted take.
@@ -102,10 +107,14 @@ type Tenure struct {
 	// Oldest is the oldest live mark of another sidecar any master
 	// reported (Arrival 0: none), with its remaining TTL there.
 	Oldest WaiterMark
+	// Rounds is how many rounds to the masters the take made: 1, or 2
+	// when the fence proposal was refused and the commit round followed.
+	Rounds int
 }
 
-// Take takes req.Key for req.Value, as Acquire does (or HandOver, with
-// req.From), reserving a block of req.Block fences, under the mark rule.
+// Take takes req.Key for req.Value, as Acquire does (or, with req.From,
+// in place of the value From: a hand-over, never free in between),
+// reserving a block of req.Block fences, under the mark rule.
 // On failure it has released the key everywhere (its marks stay) and
 // returns what Acquire would: a *HeldError (which says whether the holder
 // only lingers, or an older waiter's mark refused it), an error matching
@@ -138,7 +147,7 @@ func (l *Locker) Take(ctx context.Context, req TakeRequest) (Tenure, error) {
 	if _, err := l.judge(t, start, req.TTL); err != nil {
 		return Tenure{}, l.failTake(ctx, req, replies, answers, t, err)
 	}
-	got := Tenure{Oldest: oldestMark(answers)}
+	got := Tenure{Oldest: oldestMark(answers), Rounds: 1}
 	switch {
 	case args.Fencing == FenceNone:
 	case args.Fencing == FenceProposed && committedBy(replies) < l.quorum:
@@ -148,6 +157,7 @@ func (l *Locker) Take(ctx context.Context, req TakeRequest) (Tenure, error) {
 		got.Top = got.First + block - 1
 		rec := req.Holder
 		rec.Fence = got.First
+		got.Rounds++
 		if _, err := l.commitTenure(ctx, keys, req.Value, got.Top, rec, start, req.TTL); err != nil {
 			_ = l.withdraw(ctx, req.Key, req.Value, replies)
 			return Tenure{}, err
@@ -170,7 +180,15 @@ func (l *Locker) Take(ctx context.Context, req TakeRequest) (Tenure, error) {
 // failTake is failAcquire for a take: the HeldError also says whether an
 // idle holder was asked to let go, or an older waiter's mark refused it.
 func (l *Locker) failTake(ctx context.Context, req TakeRequest, replies []reply, answers []TakeAnswer, t counts, err error) error {
-	err = l.failAcquire(ctx, req.Key, req.Value, replies, t, err)
+	idle := false
+	for i, a := range answers {
+		idle = idle || replies[i].held && a.Idle
+	}
+	if idle && req.KeepOnIdle && t.ok+t.held >= l.quorum {
+		err = &HeldError{RetryAfter: l.retryAfter(replies, t.held)}
+	} else {
+		err = l.failAcquire(ctx, req.Key, req.Value, replies, t, err)
+	}
 	var held *HeldError
 	if !errors.As(err, &held) {
 		return err
@@ -179,7 +197,10 @@ func (l *Locker) failTake(ctx context.Context, req TakeRequest, replies []reply,
 		if !replies[i].held {
 			continue
 		}
-		held.Idle = held.Idle || a.Idle
+		if a.Idle {
+			held.Idle = true
+			held.IdleOn++
+		}
 		held.IdleFor = max(held.IdleFor, a.IdleTTL)
 		held.ByMark = held.ByMark || a.ByMark
 	}

@@ -28,7 +28,8 @@ type HolderRecord = struct {
 	// Fence is the holder's fence (0 with fencing off).
 	Fence int64
 	// Grant and Owner name the holder: the random id of its grant and
-	// its owner label.
+	// its owner label (neither holds a newline, nor does Value or
+	// Channel: the Redis node keeps the record as one string of lines).
 	Grant, Owner string
 	// Idle: nobody holds the lock; the sidecar keeps the key for a
 	// linger and lets it go as soon as another sidecar wants it.

@@ -16,6 +16,7 @@ import (
 
 	fencedresource "github.com/sidelock/sidelock/examples/fenced-resource"
 	"github.com/sidelock/sidelock/pkg/client"
+	"github.com/sidelock/sidelock/pkg/redlock"
 	"github.com/sidelock/sidelock/pkg/redlock/redisnode"
 	"github.com/sidelock/sidelock/test/leasecheck"
 )
@@ -431,17 +432,27 @@ func (o *oracle) watchRelease(t target, owner string, since time.Time) (time.Dur
 	}
 }
 
-// heldBy is whether a majority of the masters hold t for owner (the
-// value on a master is "<grant id>:<owner>"). A master that does not
-// answer counts as not holding it: a stopped master's keys expire by the
-// clock, so they are gone when it resumes.
+// heldBy is whether a majority of the masters hold t for owner: the
+// holder record of the key's value names it (a sidecar hands a lock from
+// caller to caller under one value, and lingers on it when nobody holds
+// it: internal/lease/tenure.go), or, without one, the value does
+// ("<grant id>:<owner>"). A master that does not answer counts as not
+// holding it: a stopped master's keys expire by the clock, so they are
+// gone when it resumes.
 func (o *oracle) heldBy(t target, owner string) bool {
 	n := 0
 	for _, m := range o.masters {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		v, _, err := m.Get(ctx, t.key())
+		r, err := m.GetHolder(ctx, redlock.TenureKeysOf(t.key()))
 		cancel()
-		if _, got, _ := strings.Cut(v, ":"); err == nil && got == owner {
+		_, got, _ := strings.Cut(r.Value, ":")
+		if rec := r.Record; rec.Value == r.Value && r.Value != "" {
+			got = rec.Owner
+			if rec.Idle {
+				got = ""
+			}
+		}
+		if err == nil && r.Value != "" && got == owner {
 			n++
 		}
 	}

@@ -23,11 +23,14 @@ import (
 //	    that only its own outlived is classed apart (G1-set-lock-own-…);
 //	(b) fence order: a grant that began after another was answered has a
 //	    larger fence;
-//	(c) once a caller knew its lease was over (release returned, an ended
-//	    event, ErrLeaseGone, or the lapse it chose), no key with the
-//	    lease's value is created on a master by a write sent after that;
-//	    (c2) nor re-created by a renewal that lands after it (a ghost key:
-//	    the next waiter waits a key ttl for nothing);
+//	(c) once every caller of a tenure (the grants whose keys the masters
+//	    hold under one value, lease.Info.Tenure: one grant, or a plain
+//	    lock's grants of one sidecar one after another) knew its lease was
+//	    over (release returned, an ended event, ErrLeaseGone, or the lapse
+//	    it chose), and the linger that may follow has passed, no key with
+//	    the tenure's value is created on a master by a write sent after
+//	    that; (c2) nor re-created by a renewal that lands after it (a ghost
+//	    key: the next waiter waits a key ttl for nothing);
 //	(d) liveness: while the masters are quiet (no fault for a key ttl and
 //	    two health rounds, every master eligible on every sidecar) a lock
 //	    name that is free is granted to a waiting lock within a key ttl + 1s;
@@ -316,48 +319,98 @@ func checkFences(w *world) []violation {
 	return vs
 }
 
+// tenureGrants lists the grants by their tenure (the value the masters
+// hold for them), a set's grant by its locks'.
+func tenureGrants(r *recorder) map[string][]*grant {
+	out := map[string][]*grant{}
+	for _, q := range r.requests {
+		if q.g == nil {
+			continue
+		}
+		for _, g := range q.g.all() {
+			if g.tenure != "" && g.members == nil {
+				out[g.tenure] = append(out[g.tenure], g)
+			}
+		}
+	}
+	return out
+}
+
+// tenureOver is when the tenure of gs was over for its callers: the last
+// of them knew its lease over, and the linger that may follow passed
+// (zero while one of them did not know). g is the grant that ended last.
+func (w *world) tenureOver(gs []*grant) (time.Time, *grant) {
+	var last *grant
+	for _, g := range gs {
+		if g.endAt.IsZero() {
+			return time.Time{}, nil
+		}
+		if last == nil || g.endAt.After(last.endAt) {
+			last = g
+		}
+	}
+	over := last.endAt
+	if w.p.Linger > 0 && last.r.kind() == kindLock {
+		over = over.Add(w.p.Linger + lingerSlack)
+	}
+	return over, last
+}
+
+// lingerSlack is the time between a linger's end and its release's
+// sending: a timer and a goroutine, no round.
+const lingerSlack = 50 * time.Millisecond
+
 // checkKeys is checks (c) and (c2).
 func checkKeys(w *world) []violation {
 	r := w.rec
 	var vs []violation
 	reported := map[string]bool{}
+	byTenure := tenureGrants(r)
 	for _, k := range r.keys {
 		if !k.created() {
 			continue
 		}
-		q, ok := r.byOwner[ownerOfValue(k.value)]
-		if !ok || q.g == nil || q.g.endAt.IsZero() {
-			continue
+		gs, ok := byTenure[k.value]
+		if !ok {
+			continue // a value no caller was granted: a failed try, released by its own round
 		}
-		g := q.g
-		if q.kind() == kindSet {
-			if g = q.g.member(nameOfKey(k.key)); g == nil {
-				continue
-			}
+		over, g := w.tenureOver(gs)
+		if g == nil {
+			continue
 		}
 		var v violation
 		switch {
-		case k.send.After(g.endAt):
+		case k.send.After(over):
 			v = violation{check: "c", class: "c/write-sent-after-end-by-" + k.op,
-				title: fmt.Sprintf("(c) m%d: %s sent at %s (by %s) created a key of %s, which the caller knew over at %s (%s)",
-					k.master+1, k.op, r.at(k.send), k.sidecar, g.owner(), r.at(g.endAt), g.endHow)}
-		case strings.HasPrefix(k.op, "extend") && k.at.After(g.endAt):
+				title: fmt.Sprintf("(c) m%d: %s sent at %s (by %s) created a key of the tenure of %s, whose last caller %s knew it over at %s (%s)%s",
+					k.master+1, k.op, r.at(k.send), k.sidecar, ownerOfValue(k.value), g.owner(), r.at(g.endAt), g.endHow, lingerNote(w, over, g))}
+		case strings.HasPrefix(k.op, "extend") && k.at.After(over):
 			v = violation{check: "c2", class: "c2/ghost-key-renewal-landed-after-end",
-				title: fmt.Sprintf("(c2) m%d: a renewal (%s, sent %s by %s) landed at %s and RE-CREATED the key of %s, which the caller knew over at %s (%s): a ghost key until its ttl runs out",
-					k.master+1, k.op, r.at(k.send), k.sidecar, r.at(k.at), g.owner(), r.at(g.endAt), g.endHow)}
+				title: fmt.Sprintf("(c2) m%d: a renewal (%s, sent %s by %s) landed at %s and RE-CREATED the key of the tenure of %s, whose last caller %s knew it over at %s (%s)%s: a ghost key until its ttl runs out",
+					k.master+1, k.op, r.at(k.send), k.sidecar, r.at(k.at), ownerOfValue(k.value), g.owner(), r.at(g.endAt), g.endHow, lingerNote(w, over, g))}
 		default:
 			continue
 		}
-		if reported[v.check+g.owner()] {
+		if reported[v.check+k.value] {
 			continue
 		}
-		reported[v.check+g.owner()] = true
+		reported[v.check+k.value] = true
 		v.name, v.at = nameOfKey(k.key), k.at
-		v.facts = []string{"lease " + w.describe(g)}
+		for _, x := range gs {
+			v.facts = append(v.facts, "lease "+w.describe(x))
+		}
 		v.from, v.to = earliest(g.endAt, k.send).Add(-time.Second), k.at.Add(w.p.KeyTTL+time.Second)
 		vs = append(vs, v)
 	}
 	return vs
+}
+
+// lingerNote says when the linger after the tenure's last lease ended.
+func lingerNote(w *world, over time.Time, g *grant) string {
+	if over.Equal(g.endAt) {
+		return ""
+	}
+	return fmt.Sprintf(", and its linger ran out at %s", w.rec.at(over))
 }
 
 // checkLiveness is check (d).

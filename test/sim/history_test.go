@@ -111,11 +111,15 @@ type promise struct {
 // has one member grant per lock of the set, each judged as a grant of
 // that lock: the set's promises and end are recorded on every member too.
 type grant struct {
-	r         *request
-	answer    time.Time
-	fence     int64
-	slot      int    // the semaphore's slot or the reader's slot (Info.Slot)
-	res       string // what it holds on the masters, after the key prefix: "n1", "n1#2", "n1#w", "n1#r7"
+	r      *request
+	answer time.Time
+	fence  int64
+	slot   int    // the semaphore's slot or the reader's slot (Info.Slot)
+	res    string // what it holds on the masters, after the key prefix: "n1", "n1#2", "n1#w", "n1#r7"
+	// tenure is the value the masters hold for it (lease.Info.Tenure):
+	// its sidecar's hold of the keys, which grants of one lock on one
+	// sidecar may share, one after another.
+	tenure    string
 	members   []*grant
 	ttl       time.Duration
 	promises  []promise
@@ -282,7 +286,7 @@ func (r *recorder) acquireDone(rq *request, info lease.Info, err error) *grant {
 		return nil
 	}
 	g := &grant{r: rq, answer: now, fence: info.Fence, slot: info.Slot, res: resourceOf(rq.req, info.Slot),
-		ttl: info.TTL, expiresAt: info.LeaseExpiresAt, maxHoldAt: info.MaxHoldAt}
+		ttl: info.TTL, expiresAt: info.LeaseExpiresAt, maxHoldAt: info.MaxHoldAt, tenure: info.Tenure}
 	g.promises = append(g.promises, promise{at: now, vu: info.ValidUntil, src: "acquire"})
 	rq.g = g
 	what := fmt.Sprintf("fence %d", info.Fence)
@@ -324,7 +328,7 @@ func (r *recorder) grantMembersLocked(g *grant, info lease.Info) string {
 		q := *g.r
 		q.name, q.req.Name = in.Name, in.Name
 		m := &grant{r: &q, answer: g.answer, fence: in.Fence, res: in.Name, ttl: in.TTL,
-			expiresAt: in.LeaseExpiresAt, maxHoldAt: in.MaxHoldAt}
+			expiresAt: in.LeaseExpiresAt, maxHoldAt: in.MaxHoldAt, tenure: in.Tenure}
 		q.g = m
 		m.promises = append(slices.Clone(g.promises), promise{at: g.answer, vu: in.ValidUntil, src: memberOwn + "acquire"})
 		g.members = append(g.members, m)

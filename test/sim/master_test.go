@@ -556,17 +556,6 @@ func (l *link) AcquireProposed(ctx context.Context, key, fenceKey, value string,
 	return p, nil
 }
 
-func (l *link) HandOver(ctx context.Context, key, fenceKey, from, to string, ttl time.Duration, proposal int64, retention time.Duration) (redlock.Proposal, error) {
-	var p redlock.Proposal
-	if err := l.do(ctx, "acquire", []string{key}, func() (e error) {
-		p, e = l.m.mem.HandOver(bg, key, fenceKey, from, to, ttl, proposal, retention)
-		return e
-	}); err != nil {
-		return redlock.Proposal{}, err
-	}
-	return p, nil
-}
-
 func (l *link) WithdrawProposal(ctx context.Context, key, fenceKey, value string, proposal, prev int64, retention time.Duration) (bool, error) {
 	var ok bool
 	if err := l.do(ctx, "release", []string{key}, func() (e error) {
@@ -695,6 +684,102 @@ func (l *link) RecordMembers(ctx context.Context, key, members string, ttl time.
 	return live, nil
 }
 
+// The tenure calls (redlock.TenureNode). A take is a call of the acquire
+// round (no lease's mutex held, like AcquireFenced), and so are a
+// commit and a holder note (written in the background); a tenure's
+// release, like every release, is answered at once (see do).
+
+func (l *link) TakeTenure(ctx context.Context, keys redlock.TenureKeys, a redlock.TakeArgs) (redlock.TakeAnswer, error) {
+	var ans redlock.TakeAnswer
+	if err := l.do(ctx, "acquire", []string{keys.Key}, func() (e error) {
+		ans, e = l.m.mem.TakeTenure(bg, keys, a)
+		switch {
+		case ans.Acquired && a.From != "":
+			l.w.rec.count("master: a hand-over in a round with a new block")
+		case ans.ByMark:
+			l.w.rec.count("master: a take refused by an older waiter's mark")
+		case ans.Idle:
+			l.w.rec.count("master: a take refused by a linger, asked to let go")
+		case !ans.Acquired && a.Mark.TTL > 0:
+			l.w.rec.count("master: a refused take left a mark")
+		}
+		return e
+	}); err != nil {
+		return redlock.TakeAnswer{}, err
+	}
+	return ans, nil
+}
+
+func (l *link) CommitTenure(ctx context.Context, keys redlock.TenureKeys, value string, top int64, rec redlock.HolderRecord, retention time.Duration) (bool, error) {
+	var ok bool
+	if err := l.do(ctx, "commit", []string{keys.Key}, func() (e error) {
+		ok, e = l.m.mem.CommitTenure(bg, keys, value, top, rec, retention)
+		return e
+	}); err != nil {
+		return false, err
+	}
+	return ok, nil
+}
+
+func (l *link) NoteHolder(ctx context.Context, keys redlock.TenureKeys, rec redlock.HolderRecord, self string, retention time.Duration) (redlock.NoteAnswer, error) {
+	var ans redlock.NoteAnswer
+	if err := l.do(ctx, "note", nil, func() (e error) {
+		ans, e = l.m.mem.NoteHolder(bg, keys, rec, self, retention)
+		if ans.Written && rec.Idle {
+			l.w.rec.count("master: an idle note (a linger)")
+		}
+		return e
+	}); err != nil {
+		return redlock.NoteAnswer{}, err
+	}
+	return ans, nil
+}
+
+func (l *link) ReleaseTenure(ctx context.Context, keys redlock.TenureKeys, value string, mark redlock.WaiterMark, notify string) (bool, error) {
+	var ok bool
+	if err := l.do(ctx, "release", []string{keys.Key}, func() (e error) {
+		ok, e = l.m.mem.ReleaseTenure(bg, keys, value, mark, notify)
+		return e
+	}); err != nil {
+		return false, err
+	}
+	return ok, nil
+}
+
+func (l *link) RemoveMark(ctx context.Context, keys redlock.TenureKeys, sidecar string) error {
+	return l.do(ctx, "marks", nil, func() error { return l.m.mem.RemoveMark(bg, keys, sidecar) })
+}
+
+func (l *link) GetHolder(ctx context.Context, keys redlock.TenureKeys) (redlock.HolderRead, error) {
+	var r redlock.HolderRead
+	if err := l.do(ctx, "get", nil, func() (e error) {
+		r, e = l.m.mem.GetHolder(bg, keys)
+		return e
+	}); err != nil {
+		return redlock.HolderRead{}, err
+	}
+	return r, nil
+}
+
+// WatchMessages delivers the messages published on a channel as
+// WatchReleases delivers releases: after a network delay, losing those
+// made while the link is cut, the master is down or the link closed.
+func (l *link) WatchMessages(channel string, notify func(payload string)) (cancel func()) {
+	return l.m.mem.WatchMessages(channel, func(payload string) {
+		l.mu.Lock()
+		lost := l.closed
+		l.mu.Unlock()
+		if lost || l.unreachable() || l.m.status() == masterKilled {
+			return
+		}
+		d, _ := l.delays("notify", []string{channel}, time.Now(), false)
+		l.w.inflight.Go(func() {
+			time.Sleep(d)
+			notify(payload)
+		})
+	})
+}
+
 // NotifyConnections implements redlock.ConnectionNotifier: f runs after
 // each connection is counted, as redisnode does.
 func (l *link) NotifyConnections(f func()) {
@@ -714,4 +799,5 @@ var (
 	_ redlock.ConnectionNotifier = (*link)(nil)
 	_ redlock.MemberRecorder     = (*link)(nil)
 	_ redlock.RWNode             = (*link)(nil)
+	_ redlock.TenureNode         = (*link)(nil)
 )

@@ -26,6 +26,7 @@ func configFor(p params) config.Config {
 	c.Fencing, c.FenceRetention, c.HealthInterval, c.HealthInfoMaxAge = true, time.Hour, p.HealthInterval, p.InfoMaxAge
 	c.ShutdownTimeout, c.NoQuorumRetry = 5*time.Second, 250*time.Millisecond
 	c.MaxLocks, c.MaxWaiters = lease.DefaultMaxLocks, lease.DefaultMaxWaiters
+	c.FenceBlock, c.Linger, c.WaiterMarks = p.FenceBlock, p.Linger, !p.NoWaiterMarks
 	return c
 }
 
@@ -91,8 +92,13 @@ func (s *slot) start() (*sidecar, error) {
 		nodes[i] = l
 	}
 	w.rec.sidecarUp(name)
-	core, err := assembly.Assemble(context.Background(), cfg, assembly.WithNodes(nodes...), assembly.WithLogger(log),
-		assembly.WithHealthObserver(func(prev, cur health.Report) { w.rec.healthChanged(name, prev, cur) }))
+	opts := []assembly.Option{assembly.WithNodes(nodes...), assembly.WithLogger(log),
+		assembly.WithHealthObserver(func(prev, cur health.Report) { w.rec.healthChanged(name, prev, cur) })}
+	if w.p.LagBy != 0 && s.idx == w.p.LagSidecar {
+		// A skewed clock keeps its monotonic reading: durations are true.
+		opts = append(opts, assembly.WithRedlockClock(func() time.Time { return time.Now().Add(w.p.LagBy) }))
+	}
+	core, err := assembly.Assemble(context.Background(), cfg, opts...)
 	if err != nil {
 		return nil, err
 	}

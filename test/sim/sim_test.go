@@ -254,6 +254,14 @@ func drawParams(seed uint64, simTime time.Duration) params {
 	// A master's clock may run fast or slow by up to half the drift
 	// factor: within the allowance, which covers two clocks.
 	p.MaxDriftRate = p.DriftFactor / 2 * r.Float64()
+	// Tenures: blocks of one (every hand-over a round) to many, lingers
+	// from none to the most a key ttl allows, marks mostly on.
+	p.FenceBlock = []int{1, 2, 4, 64, 64}[r.IntN(5)]
+	p.Linger = []time.Duration{0, 20 * time.Millisecond, p.KeyTTL / 10}[r.IntN(3)]
+	p.NoWaiterMarks = r.IntN(6) == 0
+	if r.IntN(3) == 0 {
+		p.LagSidecar, p.LagBy = r.IntN(p.Sidecars), -10*time.Minute
+	}
 	p.SimTime = simTime
 	return p
 }
@@ -753,8 +761,16 @@ func (r *recorder) summary() string {
 		ends[strings.SplitN(how, ":", 2)[0]]++
 	}
 	kinds := map[string]int{}
+	tenures := map[string]int{}
 	for _, q := range r.requests {
 		kinds[string(q.kind())]++
+		if q.g != nil && q.g.tenure != "" {
+			tenures[q.g.tenure]++
+		}
+	}
+	local := 0 // grants on keys an earlier grant held: no round
+	for _, n := range tenures {
+		local += n - 1
 	}
 	created := 0
 	for _, k := range r.keys {
@@ -767,7 +783,7 @@ func (r *recorder) summary() string {
 		faults[f.kind]++
 	}
 	var parts []string
-	parts = append(parts, fmt.Sprintf("%d acquires, %d grants, %d key creations", len(r.requests), grants, created))
+	parts = append(parts, fmt.Sprintf("%d acquires, %d grants (%d without a round, on keys an earlier grant held), %d key creations", len(r.requests), grants, local, created))
 	parts = append(parts, "kinds "+fmtCounts(kinds))
 	parts = append(parts, "faults "+fmtCounts(faults))
 	parts = append(parts, "ends "+fmtCounts(ends))

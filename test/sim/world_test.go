@@ -35,6 +35,17 @@ type params struct {
 	DriftFactor    float64
 	MaxDriftRate   float64 // largest clock rate error of a master
 	ClockRate      float64 // scenarios: every master's clock runs this much fast
+	// The tenure settings (internal/lease/tenure.go): fences a grant
+	// reserves, the linger, and whether waiters leave marks.
+	FenceBlock    int
+	Linger        time.Duration
+	NoWaiterMarks bool
+	// LagSidecar, when LagBy is not 0, is a sidecar whose Redlock clock
+	// (the fence proposals it makes) runs LagBy behind: its proposals fall
+	// below the masters' floors, and its grants' blocks come from the
+	// commit round, from the counters alone.
+	LagSidecar int
+	LagBy      time.Duration
 
 	SimTime time.Duration
 }
@@ -50,8 +61,16 @@ func (p params) String() string {
 	if len(durable) > 0 {
 		ds = strings.Join(durable, ",")
 	}
-	return fmt.Sprintf("masters=%d (durable: %s) sidecars=%d callers/sidecar=%d names=%d key_ttl=%v max_ttl=%v max_hold=%v health_interval=%v info_max_age=%v node_timeout=%v drift=%.3f (max rate error %.4f) sim_time=%v",
-		p.Masters, ds, p.Sidecars, p.Callers, p.Names, p.KeyTTL, p.MaxTTL, p.MaxHold, p.HealthInterval, p.InfoMaxAge, p.NodeTimeout, p.DriftFactor, p.MaxDriftRate, p.SimTime)
+	return fmt.Sprintf("masters=%d (durable: %s) sidecars=%d callers/sidecar=%d names=%d key_ttl=%v max_ttl=%v max_hold=%v health_interval=%v info_max_age=%v node_timeout=%v drift=%.3f (max rate error %.4f) fence_block=%d linger=%v waiter_marks=%v sim_time=%v",
+		p.Masters, ds, p.Sidecars, p.Callers, p.Names, p.KeyTTL, p.MaxTTL, p.MaxHold, p.HealthInterval, p.InfoMaxAge, p.NodeTimeout, p.DriftFactor, p.MaxDriftRate,
+		p.FenceBlock, p.Linger, !p.NoWaiterMarks, p.SimTime) + p.lagString()
+}
+
+func (p params) lagString() string {
+	if p.LagBy == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (sidecar %d's Redlock clock %v behind)", p.LagSidecar+1, p.LagBy)
 }
 
 // defaultParams are the scenarios' settings: cmd/sidelock's defaults
@@ -61,7 +80,7 @@ func defaultParams() params {
 		Masters: 3, Durable: make([]bool, 3), Sidecars: 2, Callers: 1, Names: 1,
 		KeyTTL: 3 * time.Second, MaxTTL: time.Minute, MaxWait: 30 * time.Second, MaxHold: time.Minute,
 		HealthInterval: time.Second, InfoMaxAge: 10 * time.Second, NodeTimeout: 50 * time.Millisecond,
-		DriftFactor: 0.01, SimTime: 20 * time.Second,
+		DriftFactor: 0.01, SimTime: 20 * time.Second, FenceBlock: 64, Linger: 20 * time.Millisecond,
 	}
 }
 
@@ -101,7 +120,7 @@ type hookKey struct {
 // watchdog counter (see bubble).
 func newWorld(seed uint64, p params, progress *atomic.Uint64) *world {
 	w := &world{seed: seed, p: p, t0: time.Now(), sendHooks: map[hookKey]func(){},
-		virtualOps: map[string]bool{"acquire": true, "acquire-reader": true, "acquire-writer": true, "commit": true, "ping": true, "info": true}, progress: progress}
+		virtualOps: map[string]bool{"acquire": true, "acquire-reader": true, "acquire-writer": true, "commit": true, "note": true, "ping": true, "info": true}, progress: progress}
 	w.rec = newRecorder(w.t0)
 	for i := range p.Masters {
 		w.masters = append(w.masters, newMaster(w, i, w.clockFor(i), p.Durable[i]))

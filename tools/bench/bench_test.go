@@ -70,8 +70,14 @@ func newSidecar(b *testing.B, nodes []redlock.Node) *httptest.Server {
 }
 
 func newSidecarFencing(b *testing.B, nodes []redlock.Node, fencing bool) *httptest.Server {
+	return newSidecarTuned(b, nodes, func(c *config.Config) { c.Fencing = fencing })
+}
+
+// newSidecarTuned serves the lock API over nodes, its configuration
+// changed by tune after the bench's own settings.
+func newSidecarTuned(b *testing.B, nodes []redlock.Node, tune func(*config.Config)) *httptest.Server {
 	b.Helper()
-	srv := httptest.NewServer(benchAPI(b, nodes, fencing))
+	srv := httptest.NewServer(benchAPITuned(b, nodes, tune))
 	b.Cleanup(srv.Close)
 	return srv
 }
@@ -79,10 +85,15 @@ func newSidecarFencing(b *testing.B, nodes []redlock.Node, fencing bool) *httpte
 // benchAPI is the lock API of a fresh sidecar assembled in process
 // (package inprocess) on nodes.
 func benchAPI(b *testing.B, nodes []redlock.Node, fencing bool) http.Handler {
+	return benchAPITuned(b, nodes, func(c *config.Config) { c.Fencing = fencing })
+}
+
+func benchAPITuned(b *testing.B, nodes []redlock.Node, tune func(*config.Config)) http.Handler {
 	b.Helper()
 	return inprocess.Start(b, inprocess.Options{Nodes: nodes, Config: func(c *config.Config) {
-		c.KeyPrefix, c.NodeTimeout, c.MaxWait, c.Fencing = "bench:", benchNodeTimeout, time.Minute, fencing
+		c.KeyPrefix, c.NodeTimeout, c.MaxWait = "bench:", benchNodeTimeout, time.Minute
 		c.MaxLocks, c.MaxWaiters = lease.DefaultMaxLocks, lease.DefaultMaxWaiters // the lease package's, not the chart's
+		tune(c)
 	}}).Handler()
 }
 
@@ -125,6 +136,13 @@ func (l latencies) reportAs(b *testing.B, what string) {
 	at := func(q float64) float64 { return float64(l[int(q*float64(len(l)-1))].Microseconds()) }
 	b.ReportMetric(at(0.50), what+"p50-µs")
 	b.ReportMetric(at(0.99), what+"p99-µs")
+}
+
+// reportMaxAs reports the longest, in microseconds, named after what.
+func (l latencies) reportMaxAs(b *testing.B, what string) {
+	if len(l) > 0 {
+		b.ReportMetric(float64(slices.Max(l).Microseconds()), what+"-max-µs")
+	}
 }
 
 // BenchmarkHTTPAcquireRelease is one caller's uncontended POST then DELETE

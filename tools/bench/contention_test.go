@@ -24,16 +24,23 @@ import (
 // wait p50/p99, the share of grants that went to the caller that held
 // the lock just before (a polling loop favours it: it retries at once),
 // and with two sidecars the share of grants of the one that got fewer
-// (50 % is even; a sidecar that hands over locally could starve the other).
+// (50 % is even; a sidecar that hands over locally could starve the other);
+// sidelock-wait-4-sidecars is 4 callers on each of four sidecars, and the
+// longest wait of any caller is reported (issue 29: waiters of several pods
+// take turns by their marks on the masters).
 func BenchmarkContention16(b *testing.B) {
 	nodes := redisMasters(b, 3)
-	sidecars := []*httptest.Server{newSidecar(b, nodes), newSidecar(b, redisMastersSharing(b, nodes))}
+	sidecars := []*httptest.Server{newSidecar(b, nodes)}
+	for range 3 {
+		sidecars = append(sidecars, newSidecar(b, redisMastersSharing(b, nodes)))
+	}
 	for _, mode := range []string{"sidelock-wait", "client-poll-50-250ms"} {
 		b.Run(mode, func(b *testing.B) {
-			runContention(b, sidecars, mode == "sidelock-wait")
+			runContention(b, sidecars[:2], mode == "sidelock-wait")
 		})
 	}
 	b.Run("sidelock-wait-one-sidecar", func(b *testing.B) { runContention(b, sidecars[:1], true) })
+	b.Run("sidelock-wait-4-sidecars", func(b *testing.B) { runContention(b, sidecars, true) })
 	b.Run("redsync", func(b *testing.B) { runRedsyncContention(b, redsyncFor(b, nodes)) })
 }
 
@@ -158,6 +165,7 @@ func (r *contentionRecord) report(b *testing.B, elapsed time.Duration) {
 	r.handoffs.reportAs(b, "handoff")
 	r.toOthers.reportAs(b, "handoff-other")
 	r.waits.reportAs(b, "wait")
+	r.waits.reportMaxAs(b, "wait")
 	if len(r.handoffs) > 0 {
 		b.ReportMetric(100*float64(r.sameHolder)/float64(len(r.handoffs)), "%same-holder")
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
+
+	"github.com/sidelock/sidelock/internal/config"
 )
 
 // BenchmarkHotLock is one name taken and released over and over, back to
@@ -20,6 +22,11 @@ func BenchmarkHotLock(b *testing.B) {
 	srv := newSidecar(b, nodes)
 	b.Run("masters=3/sidelock", func(b *testing.B) { hotLockHTTP(b, srv.URL, "hot-1", 1) })
 	b.Run("masters=3/sidelock-2-callers", func(b *testing.B) { hotLockHTTP(b, srv.URL, "hot-2", 2) })
+	// No linger: each release goes to the masters (off the caller's path),
+	// and the next acquire of the name waits for it: what a release off
+	// the path alone gains a caller that takes the lock again.
+	noLinger := newSidecarTuned(b, nodes, func(c *config.Config) { c.Linger = 0 })
+	b.Run("masters=3/sidelock-no-linger", func(b *testing.B) { hotLockHTTP(b, noLinger.URL, "hot-3", 1) })
 	b.Run("masters=3/redsync", func(b *testing.B) {
 		m := redsyncFor(b, nodes).NewMutex("rs-hot", redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
 		redsyncPairs(b, func(int) *redsync.Mutex { return m })

@@ -34,11 +34,12 @@ import (
 )
 
 // Settings of every grant: sidelock's defaults (key ttl 10 s, fence
-// retention 1 h, a proposal 1 s ahead of the clock).
+// retention 1 h, a proposal 1 s ahead of the clock, blocks of 64 fences).
 const (
 	keyTTL       = 10 * time.Second
 	retention    = time.Hour
 	proposalLead = time.Second
+	block        = 64
 )
 
 // Errors of a pair.
@@ -75,16 +76,20 @@ func (l *Locker) Acquire(ctx context.Context, name string) (string, int64, error
 	token := hex.EncodeToString(b[:])
 	key := l.prefix + name
 	start := time.Now()
-	var proposal int64 // one master commits max(floor, 0)+1 (acquire_committed.lua)
+	// One master commits a block above its floor at once; several commit
+	// the proposed block's top (take_tenure.lua's fencing modes).
+	mode, proposal := redlock.FenceAtOnce, int64(0)
 	if len(l.masters) > 1 {
-		proposal = start.Add(proposalLead).UnixMicro()
+		mode, proposal = redlock.FenceProposed, start.Add(proposalLead).UnixMicro()+block-1
 	}
-	replies := make([][]int64, len(l.masters))
+	keys := redlock.TenureKeysOf(key)
+	replies := make([][]any, len(l.masters))
 	l.each(func(i int, c *redis.Client) {
-		replies[i], _ = l.acquire.Run(ctx, c, []string{key, redlock.FenceKey(key)},
-			token, keyTTL.Milliseconds(), proposal, retention.Milliseconds()).Int64Slice()
+		replies[i], _ = l.acquire.Run(ctx, c, []string{keys.Key, keys.Fence, keys.Holder, keys.Marks},
+			token, keyTTL.Milliseconds(), "", mode, proposal, block, retention.Milliseconds(),
+			token, "", "", "floor", start.UnixMicro(), 0).Slice()
 	})
-	fence, err := l.judge(replies, proposal)
+	fence, err := l.judge(replies)
 	if err == nil && time.Since(start) >= keyTTL {
 		err = ErrNoQuorum
 	}
@@ -95,16 +100,22 @@ func (l *Locker) Acquire(ctx context.Context, name string) (string, int64, error
 	return token, fence, nil
 }
 
-// judge counts the masters that took the key (and committed the proposal).
-func (l *Locker) judge(replies [][]int64, proposal int64) (int64, error) {
+// judge counts the masters that took the key (and committed the block);
+// the grant's fence is the block's first.
+func (l *Locker) judge(replies [][]any) (int64, error) {
 	took, held, fence := 0, 0, int64(0)
 	for _, r := range replies {
+		if len(r) != 11 {
+			continue
+		}
+		acquired, _ := r[0].(int64)
+		top, _ := r[2].(int64)
+		committed, _ := r[3].(int64)
 		switch {
-		case len(r) < 3:
-		case r[0] == 1 && (proposal == 0 || len(r) == 5 && r[3] == 1):
+		case acquired == 1 && committed == 1:
 			took++
-			fence = max(fence, r[2])
-		case r[0] == 0:
+			fence = max(fence, top-block+1)
+		case acquired == 0:
 			held++
 		}
 	}
@@ -120,10 +131,11 @@ func (l *Locker) judge(replies [][]int64, proposal int64) (int64, error) {
 
 // Release deletes name where token holds it, in one round.
 func (l *Locker) Release(ctx context.Context, name, token string) error {
-	key := []string{l.prefix + name}
+	k := redlock.TenureKeysOf(l.prefix + name)
+	keys := []string{k.Key, k.Holder, k.Marks}
 	answered := make([]bool, len(l.masters))
 	l.each(func(i int, c *redis.Client) {
-		answered[i] = l.release.Run(ctx, c, key, token).Err() == nil
+		answered[i] = l.release.Run(ctx, c, keys, token, "floor", 0, 0, "").Err() == nil
 	})
 	n := 0
 	for _, a := range answered {

@@ -40,11 +40,16 @@ func TestFloorSendsWhatSidelockSends(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := context.Background()
+			// The sidecar's pair of a plain lock: a take with a block of
+			// fences, and (after its linger, off the caller's path) a
+			// tenure's release.
 			sidelockPair := func(name string) {
-				if _, err := engine.Acquire(ctx, "floor:"+name, "v-"+name, 10*time.Second); err != nil {
+				req := redlock.TakeRequest{Key: "floor:" + name, Value: "v-" + name, TTL: 10 * time.Second, Block: 64,
+					Mark: redlock.WaiterMark{Sidecar: "s", Arrival: time.Now().UnixMicro()}}
+				if _, err := engine.Take(ctx, req); err != nil {
 					t.Fatal(err)
 				}
-				if err := engine.Release(ctx, "floor:"+name, "v-"+name); err != nil {
+				if err := engine.ReleaseTenure(ctx, "floor:"+name, "v-"+name, redlock.WaiterMark{Sidecar: "s"}, ""); err != nil {
 					t.Fatal(err)
 				}
 			}

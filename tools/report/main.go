@@ -66,20 +66,25 @@ var targets = []target{
 	{"  same, over the Unix socket (SIDELOCK_LISTEN_ADDR=unix://…)", ratio(unc(3, "sidelock-unix"), "p50-µs", unc(3, "redsync"), "p50-µs"), true, 1, "×"},
 	{"  same, 1 master", ratio(unc(1, "sidelock"), "p50-µs", unc(1, "redsync"), "p50-µs"), true, 1, "×"},
 	{"  same, 5 masters", ratio(unc(5, "sidelock"), "p50-µs", unc(5, "redsync"), "p50-µs"), true, 0.75, "×"},
-	{"hot lock (one name re-acquired back to back), p50: sidelock, one caller / redsync", ratio("HotLock/masters=3/sidelock", "p50-µs", "HotLock/masters=3/redsync", "p50-µs"), true, 0.35, "×"},
-	{"  same, two callers of one sidecar taking turns / redsync", ratio("HotLock/masters=3/sidelock-2-callers", "p50-µs", "HotLock/masters=3/redsync", "p50-µs"), true, 0.35, "×"},
+	{"hot lock (one name re-acquired back to back), p50: sidelock, one caller / redsync", ratio("HotLock/masters=3/sidelock", "p50-µs", "HotLock/masters=3/redsync", "p50-µs"), true, 0.3, "×"},
+	{"  same, two callers of one sidecar taking turns / redsync", ratio("HotLock/masters=3/sidelock-2-callers", "p50-µs", "HotLock/masters=3/redsync", "p50-µs"), true, 0.3, "×"},
+	{"  same, linger off (SIDELOCK_LINGER=0: each acquire a master round, each release answered before its round) / redsync", ratio("HotLock/masters=3/sidelock-no-linger", "p50-µs", "HotLock/masters=3/redsync", "p50-µs"), true, noBound, "×"},
 	{"throughput, 64 callers, 3 masters: sidelock / redsync", ratio("Throughput/masters=3/callers=64/sidelock", "pairs/s", "Throughput/masters=3/callers=64/redsync", "pairs/s"), false, 2, "×"},
 	{"throughput, 16 callers, 3 masters: sidelock / redsync", ratio("Throughput/masters=3/callers=16/sidelock", "pairs/s", "Throughput/masters=3/callers=16/redsync", "pairs/s"), false, 2, "×"},
 	{"throughput, 64 callers, 1 master: sidelock pairs/s (3× Dapr's 5.6k)", figure("Throughput/masters=1/callers=64/sidelock", "pairs/s"), false, 16800, "pairs/s"},
 	{"Redis CPU per pair, all 3 masters, one sequential caller: sidelock / redsync", ratio("CPUPerPair/masters=3/sidelock-process", "redis-cpu-µs/pair", "CPUPerPair/masters=3/redsync", "redis-cpu-µs/pair"), true, 0.5, "×"},
 	{"sidecar process CPU per pair / redsync's client CPU per pair", ratio("CPUPerPair/masters=3/sidelock-process", "sidecar-cpu-µs/pair", "CPUPerPair/masters=3/redsync", "client-cpu-µs/pair"), true, 1, "×"},
-	{"16 callers of one sidecar on one lock, 1 ms holds: lock busy", figure("Contention16/sidelock-wait-one-sidecar", "%lock-busy"), false, 90, "%"},
-	{"  same: hand-off p50", figure("Contention16/sidelock-wait-one-sidecar", "handoff-p50-µs"), true, 200, "µs"},
-	{"16 callers over 2 sidecars, 1 ms holds: lock busy", figure("Contention16/sidelock-wait", "%lock-busy"), false, 75, "%"},
-	{"  same: waiters' p99 wait", figure("Contention16/sidelock-wait", "wait-p99-µs"), true, 40000, "µs"},
-	{"  same: share of grants of the sidecar with fewer (40–60 % each)", figure("Contention16/sidelock-wait", "%grants-least-sidecar"), false, 40, "%"},
-	{"  same: hand-off p50", figure("Contention16/sidelock-wait", "handoff-p50-µs"), true, 500, "µs"},
-	{"  same: share of grants to the previous holder (fairness)", figure("Contention16/sidelock-wait", "%same-holder"), true, 10, "%"},
+	{"16 callers of one sidecar on one lock, 1 ms holds: lock busy", figure(con("sidelock-wait-one-sidecar"), "%lock-busy"), false, 90, "%"},
+	{"  same: hand-off p50 / redsync's hand-off p50", ratio(con("sidelock-wait-one-sidecar"), "handoff-p50-µs", con("redsync"), "handoff-p50-µs"), true, 0.3, "×"},
+	{"16 callers over 2 sidecars (8+8), 1 ms holds: lock busy", figure(con("sidelock-wait"), "%lock-busy"), false, 85, "%"},
+	{"  same: share of grants of the sidecar with fewer (45–55 % each)", figure(con("sidelock-wait"), "%grants-least-sidecar"), false, 45, "%"},
+	{"  same: waiters' p99 wait / redsync's", ratio(con("sidelock-wait"), "wait-p99-µs", con("redsync"), "wait-p99-µs"), true, 0.05, "×"},
+	{"  same: hand-off p50", figure(con("sidelock-wait"), "handoff-p50-µs"), true, 500, "µs"},
+	{"  same: share of grants to the previous holder (fairness)", figure(con("sidelock-wait"), "%same-holder"), true, 10, "%"},
+	{"16 callers over 4 sidecars (4 each), 1 ms holds: lock busy", figure(con("sidelock-wait-4-sidecars"), "%lock-busy"), false, 75, "%"},
+	{"  same: longest wait / redsync's longest wait", ratio(con("sidelock-wait-4-sidecars"), "wait-max-µs", con("redsync"), "wait-max-µs"), true, 0.2, "×"},
+	{"another pod's try-once of a lingering lock: share granted (never 409)", figure("LingeringTryOnce/lingering", "%granted"), false, 100, "%"},
+	{"  same: rounds to the masters / a free lock's (at most one more)", diff(figure("LingeringTryOnce/lingering", "rounds/try"), figure("LingeringTryOnce/free", "rounds/try")), true, 1, "rounds"},
 	{"renewal of 10k held locks: CPU per renewal (sidecar + Redis)", figure("Renewal/locks=10000/sidelock", "cpu-µs/renewal"), true, 10, "µs"},
 	{"renewal of 10k held locks: redsync Extend CPU / sidelock CPU", ratio("Renewal/locks=10000/redsync-extend", "cpu-µs/renewal", "Renewal/locks=10000/sidelock", "cpu-µs/renewal"), false, 10, "×"},
 	{"idle RSS", figure("SidecarIdleRSS", "idle-RSS-MB"), true, 15, "MB"},
@@ -104,6 +109,18 @@ var targets = []target{
 	{"  the platform: HTTP exchange alone, pair p50 / floor program's", ratio(unc(3, "nethttp"), "p50-µs", unc(3, "floor"), "p50-µs"), true, noBound, "×"},
 	{"  the platform: go-redis alone, pair p50 / floor program's", ratio(unc(3, "goredis"), "p50-µs", unc(3, "floor"), "p50-µs"), true, noBound, "×"},
 	{"  item 2 at the floor: DELETE answered before its release round, pair p50 / floor program's", ratio(unc(3, "floor-release-after"), "p50-µs", unc(3, "floor"), "p50-µs"), true, noBound, "×"},
+}
+
+// con is a variant of BenchmarkContention16.
+func con(variant string) string { return "Contention16/" + variant }
+
+// diff is a - b, of two figures of the same run.
+func diff(a, b func(results) (float64, string, bool)) func(results) (float64, string, bool) {
+	return func(r results) (float64, string, bool) {
+		x, rawX, okX := a(r)
+		y, rawY, okY := b(r)
+		return x - y, rawX + " − " + rawY, okX && okY
+	}
 }
 
 // noBound marks a row that puts a figure beside the targets without one

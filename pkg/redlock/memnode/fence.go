@@ -58,20 +58,6 @@ func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string,
 	return n.proposeLocked(key, fenceKey, value, ttl, proposal, retention, n.now()), nil
 }
 
-// HandOver implements redlock.HandOverer.
-func (n *Node) HandOver(ctx context.Context, key, fenceKey, from, to string, ttl time.Duration, proposal int64, retention time.Duration) (Proposal, error) {
-	if err := n.enter(ctx, "hand over"); err != nil {
-		return Proposal{}, err
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	now := n.now()
-	if held, ok := n.lookup(key, now); ok && held.value == from {
-		delete(n.entries, key) // the giver's key counts as free; nothing is announced
-	}
-	return n.proposeLocked(key, fenceKey, to, ttl, proposal, retention, now), nil
-}
-
 // proposeLocked is AcquireProposed's step. The caller holds n.mu.
 func (n *Node) proposeLocked(key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration, now time.Time) Proposal {
 	if holderTTL, taken := n.take(key, value, ttl, now); !taken {

@@ -64,6 +64,9 @@ type watcher struct {
 type entry struct {
 	value     string
 	expiresAt time.Time
+	// data holds a holder record or waiter marks (tenure.go), whose value
+	// is then a magic string no lock value is.
+	data any
 }
 
 // New returns an empty node; name is what Addr reports.
@@ -325,8 +328,13 @@ func (n *Node) lookup(key string, now time.Time) (entry, bool) {
 // store sets key to value for ttl, rounded up to whole milliseconds like the
 // Redis node so both behave the same in tests. The caller holds n.mu.
 func (n *Node) store(key, value string, ttl time.Duration, now time.Time) {
+	n.storeData(key, value, nil, ttl, now)
+}
+
+// storeData is store with structured data beside the value.
+func (n *Node) storeData(key, value string, data any, ttl time.Duration, now time.Time) {
 	ms := max((ttl+time.Millisecond-1)/time.Millisecond, 1)
-	n.entries[key] = entry{value: value, expiresAt: now.Add(ms * time.Millisecond)}
+	n.entries[key] = entry{value: value, expiresAt: now.Add(ms * time.Millisecond), data: data}
 	n.writesSinceSweep++
 	n.maybeSweep(now)
 }

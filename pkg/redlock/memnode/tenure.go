@@ -2,9 +2,7 @@ package memnode
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -145,6 +143,8 @@ func (n *Node) takeLocked(keys TenureKeys, a TakeArgs, now time.Time) (TakeAnswe
 		return TakeAnswer{HolderTTL: oldest.TTL, ByMark: true, Oldest: oldest}, nil
 	}
 	n.store(keys.Key, a.Value, a.TTL, now)
+	delete(marks, a.Mark.Sidecar) // its place in line is taken
+	n.storeMarks(keys.Marks, marks, now)
 	ans := TakeAnswer{Acquired: true, Oldest: oldest}
 	if a.Fencing == fenceNone {
 		n.putRecord(keys.Holder, a.Holder, a.Value, 0, a.Retention, now)
@@ -278,7 +278,7 @@ func (n *Node) GetHolder(ctx context.Context, keys TenureKeys) (HolderRead, erro
 		r.Value, r.TTL = held.value, held.expiresAt.Sub(now)
 	}
 	if e, ok := n.lookup(keys.Holder, now); ok {
-		if rec, ok := decodeRecord(e.value); ok {
+		if rec, ok := decodeRecord(e); ok {
 			r.Record = rec.HolderRecord
 			if rec.Idle {
 				r.Record.IdleTTL = max(0, rec.IdleUntil.Sub(now))
@@ -301,7 +301,7 @@ func (n *Node) record(key, value string, now time.Time) (storedRecord, bool) {
 	if !ok {
 		return storedRecord{}, false
 	}
-	rec, ok := decodeRecord(e.value)
+	rec, ok := decodeRecord(e)
 	return rec, ok && rec.Value == value
 }
 
@@ -320,31 +320,25 @@ func (n *Node) storeRecord(key string, rec HolderRecord, retention time.Duration
 		s.IdleUntil = now.Add(rec.IdleTTL)
 	}
 	s.IdleTTL = 0
-	b, _ := json.Marshal(s)
-	n.store(key, recordMagic+string(b), retention, now)
+	n.storeData(key, recordMagic, s, retention, now)
 }
 
-func decodeRecord(v string) (storedRecord, bool) {
-	enc, ok := strings.CutPrefix(v, recordMagic)
-	if !ok {
-		return storedRecord{}, false
-	}
-	var rec storedRecord
-	return rec, json.Unmarshal([]byte(enc), &rec) == nil
+func decodeRecord(e entry) (storedRecord, bool) {
+	rec, ok := e.data.(storedRecord)
+	return rec, ok
 }
 
-// marks reads the marks at key, without the expired ones. The caller
-// holds n.mu.
+// marks reads the marks at key, without the expired ones: a copy the
+// caller may change and store. The caller holds n.mu.
 func (n *Node) marks(key string, now time.Time) map[string]storedMark {
 	marks := map[string]storedMark{}
 	if e, ok := n.lookup(key, now); ok {
-		if enc, ok := strings.CutPrefix(e.value, marksMagic); ok {
-			_ = json.Unmarshal([]byte(enc), &marks)
-		}
-	}
-	for sc, m := range marks {
-		if !now.Before(m.ExpiresAt) {
-			delete(marks, sc)
+		if stored, ok := e.data.(map[string]storedMark); ok {
+			for sc, m := range stored {
+				if now.Before(m.ExpiresAt) {
+					marks[sc] = m
+				}
+			}
 		}
 	}
 	return marks
@@ -371,8 +365,7 @@ func (n *Node) storeMarks(key string, marks map[string]storedMark, now time.Time
 			last = m.ExpiresAt
 		}
 	}
-	b, _ := json.Marshal(marks)
-	n.store(key, marksMagic+string(b), last.Sub(now), now)
+	n.storeData(key, marksMagic, marks, last.Sub(now), now)
 }
 
 // oldestMark is the oldest live mark of a sidecar other than self (zero:

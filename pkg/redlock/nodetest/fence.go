@@ -141,7 +141,8 @@ func (s *suite) oneRound(t *testing.T) redlock.OneRoundFencer {
 // ahead is how far above the clock a proposal meant to be above the fence
 // floor is put: the floor is the masters' clock in microseconds at least, so
 // a proposal only a millisecond ahead of a grant made just before can fall
-// below it on a busy machine (a CI run's TestConformance/HandOver did).
+// below it on a busy machine (a CI run's TestConformance/HandOver, since
+// replaced by TenureHandOver, did).
 const ahead = int64(time.Hour / time.Microsecond)
 
 func (s *suite) acquireCommitted(t *testing.T, f redlock.OneRoundFencer, value string, above int64) int64 {
@@ -281,52 +282,5 @@ func testFenceProposalWithdrawn(t *testing.T, s *suite) {
 	}
 	if !withdraw("D", third) || s.counter(t, f) != third.Fence+1 {
 		t.Fatalf("withdrawn after a commit above it: counter %d, want %d kept", s.counter(t, f), third.Fence+1)
-	}
-}
-
-func (s *suite) handOverer(t *testing.T) redlock.HandOverer {
-	t.Helper()
-	h, ok := s.node.(redlock.HandOverer)
-	if !ok {
-		t.Skip("node does not implement redlock.HandOverer")
-	}
-	return h
-}
-
-// A hand-over replaces the giver's value with the taker's in one step and
-// commits the proposal as AcquireProposed does; a key held by a third
-// value is refused untouched, an absent key is taken, and a retried
-// hand-over (the taker holds the key already) succeeds again.
-func testHandOver(t *testing.T, s *suite) {
-	h := s.handOverer(t)
-	hand := func(from, to string, proposal int64) redlock.Proposal {
-		t.Helper()
-		p, err := h.HandOver(s.ctx, s.key, s.fenceKey(), from, to, longTTL, proposal, longTTL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	given := s.acquireCommitted(t, h, "A", 0)
-	if p := hand("A", "B", given+ahead); !p.Acquired || !p.Committed || p.Fence != given+ahead || p.Prev != given {
-		t.Fatalf("hand-over from the holder: %+v, want taken with %d committed over %d", p, given+ahead, given)
-	}
-	if v, ttl, err := s.node.Get(s.ctx, s.key); err != nil || v != "B" || ttl <= 0 {
-		t.Fatalf("key after the hand-over: %q ttl %v, %v; want the taker's value", v, ttl, err)
-	}
-	if p := hand("A", "B", given+2*ahead); !p.Acquired {
-		t.Fatalf("a retried hand-over: %+v, want taken again", p)
-	}
-	if p := hand("A", "C", given+3*ahead); p.Acquired || p.Committed || p.HolderTTL <= 0 {
-		t.Fatalf("hand-over by a value that no longer holds the key: %+v, want refused with the holder's ttl", p)
-	}
-	if v, _, _ := s.node.Get(s.ctx, s.key); v != "B" || s.counter(t, h) != given+2*ahead {
-		t.Fatalf("after a refused hand-over: key %q counter %d, want B and %d", v, s.counter(t, h), given+2*ahead)
-	}
-	if _, err := s.node.Release(s.ctx, s.key, "B"); err != nil {
-		t.Fatal(err)
-	}
-	if p := hand("B", "D", given+4*ahead); !p.Acquired || !p.Committed {
-		t.Fatalf("hand-over of a key that lapsed: %+v, want taken as an acquire would", p)
 	}
 }

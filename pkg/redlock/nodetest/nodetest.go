@@ -95,8 +95,6 @@ func Run(t *testing.T, newNode func(t *testing.T) redlock.Node) {
 		{"FenceProposalCommitsOnlyAboveTheFloor", testFenceProposalAboveTheFloor},
 		{"FenceProposalNeedsTheKey", testFenceProposalNeedsTheKey},
 		{"FenceProposalWithdrawn", testFenceProposalWithdrawn},
-		// Skipped for nodes that do not implement redlock.HandOverer.
-		{"HandOver", testHandOver},
 		// Skipped for nodes that do not implement redlock.TenureNode.
 		{"TenureTakeReservesABlock", testTenureTakeReservesABlock},
 		{"TenureTakeAtOnce", testTenureTakeAtOnce},

@@ -226,6 +226,18 @@ func testTenureMarkRule(t *testing.T, s *suite) {
 	if _, err := s.node.Release(s.ctx, s.key, "B"); err != nil {
 		t.Fatal(err)
 	}
+	// Y (150) is younger than s2's mark (100) but older than s3's (200):
+	// it may take the key only if s2's grant took s2's mark away.
+	if got := s.take(t, n, takeArgs("Y", "s9", 150, 4)); !got.Acquired {
+		t.Fatalf("after s2's grant: %+v, want s2's mark gone with the grant", got)
+	}
+	if _, err := s.node.Release(s.ctx, s.key, "Y"); err != nil {
+		t.Fatal(err)
+	}
+	s.take(t, n, b) // s2 holds it again
+	if _, err := s.node.Release(s.ctx, s.key, "B"); err != nil {
+		t.Fatal(err)
+	}
 	if err := n.RemoveMark(s.ctx, s.tkeys(), "s3"); err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +361,6 @@ func testTenureRelease(t *testing.T, s *suite) {
 	n := s.tenure(t)
 	c := s.watch(t, s.key)
 	s.prime(t, s.key, c)
-	base := c.count()
 	mark := redlock.WaiterMark{Sidecar: "s1", Arrival: 42, TTL: longTTL}
 	replies := s.watchMessages(t, n, "ch-s9", func() {
 		if _, err := n.ReleaseTenure(s.ctx, s.tkeys(), "nobody", redlock.WaiterMark{Sidecar: "x"}, "ch-s9"); err != nil {
@@ -360,7 +371,7 @@ func testTenureRelease(t *testing.T, s *suite) {
 			t.Fatal(err)
 		}
 	})
-	base = c.count()
+	base := c.count()
 	s.take(t, n, takeArgs("A", "s1", 1, 4))
 	if ok, err := n.ReleaseTenure(s.ctx, s.tkeys(), "A", mark, "ch-s9"); err != nil || !ok {
 		t.Fatalf("ReleaseTenure: %v %v", ok, err)

@@ -46,7 +46,12 @@ var (
 	manyForms = map[*redis.Script]manyForm{
 		acquireProposedScript:  acquireProposedMany,
 		acquireCommittedScript: manyOf(fenceFloorSrc+takeKeySrc, acquireCommittedSrc, 2, 4),
-		commitFenceScript:      manyOf("", commitFenceSrc, 2, 3),
+		commitFenceScript:      manyOf(raiseCounterSrc, commitFenceSrc, 2, 3),
+		// A tenure's (tenure.go).
+		takeTenureScript:       manyOf(marksSrc+fenceFloorSrc, takeTenureSrc, 4, 13),
+		commitTenureScript:     manyOf(marksSrc+raiseCounterSrc, commitTenureSrc, 3, 7),
+		noteHolderScript:       manyOf(marksSrc, noteHolderSrc, 3, 9),
+		releaseTenureScript:    manyOf(marksSrc, releaseTenureSrc, 3, 5),
 		withdrawProposalScript: manyOf("", withdrawProposalSrc, 2, 4),
 		releaseScript:          releaseMany,
 	}

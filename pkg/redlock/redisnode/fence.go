@@ -17,6 +17,8 @@ var (
 	fenceFloorSrc string
 	//go:embed acquire_fenced.lua
 	acquireFencedSrc string
+	//go:embed raise_counter.lua
+	raiseCounterSrc string
 	//go:embed commit_fence.lua
 	commitFenceSrc string
 	//go:embed get_fenced.lua
@@ -27,22 +29,18 @@ var (
 	acquireProposedSrc string
 	//go:embed withdraw_proposal.lua
 	withdrawProposalSrc string
-	//go:embed hand_over.lua
-	handOverSrc string
 
 	acquireFencedScript    = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireFencedSrc)
-	commitFenceScript      = redis.NewScript(commitFenceSrc)
+	commitFenceScript      = redis.NewScript(raiseCounterSrc + commitFenceSrc)
 	getFencedScript        = redis.NewScript(getFencedSrc)
 	acquireCommittedScript = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireCommittedSrc)
 	acquireProposedScript  = redis.NewScript(fenceFloorSrc + takeKeySrc + acquireProposedSrc)
 	withdrawProposalScript = redis.NewScript(withdrawProposalSrc)
-	handOverScript         = redis.NewScript(fenceFloorSrc + takeKeySrc + handOverSrc + acquireProposedSrc)
 )
 
 var (
 	_ redlock.Fencer         = (*Node)(nil)
 	_ redlock.OneRoundFencer = (*Node)(nil)
-	_ redlock.HandOverer     = (*Node)(nil)
 )
 
 // AcquireFenced implements redlock.Fencer.
@@ -79,12 +77,6 @@ func (n *Node) AcquireCommitted(ctx context.Context, key, fenceKey, value string
 func (n *Node) AcquireProposed(ctx context.Context, key, fenceKey, value string, ttl time.Duration, proposal int64, retention time.Duration) (redlock.Proposal, error) {
 	reply, err := n.pipe.run(ctx, acquireProposedScript, []string{key, fenceKey}, proposedArgs(value, ttl, proposal, retention)...).Int64Slice()
 	return n.proposal(ctx, "acquire", reply, err)
-}
-
-// HandOver implements redlock.HandOverer.
-func (n *Node) HandOver(ctx context.Context, key, fenceKey, from, to string, ttl time.Duration, proposal int64, retention time.Duration) (redlock.Proposal, error) {
-	reply, err := n.pipe.run(ctx, handOverScript, []string{key, fenceKey}, to, milliseconds(ttl), proposal, milliseconds(retention), from).Int64Slice()
-	return n.proposal(ctx, "hand over", reply, err)
 }
 
 // proposal reads an acquire_proposed.lua reply.

@@ -13,16 +13,16 @@ if value ~= '' then
 		pttl = 0
 	end
 end
-local r = redis.call('HGETALL', KEYS[3])
-local rec = {}
-for i = 1, #r, 2 do
-	rec[r[i]] = r[i + 1]
+local r = redis.call('GET', KEYS[3])
+local f = {}
+if r then
+	f = record_fields(r)
 end
 local left = 0
-if rec.s == 'idle' then
-	left = tonumber(rec.u) - server_ms()
+if f[5] == 'idle' then
+	left = tonumber(f[6]) - server_ms()
 	if left < 0 then
 		left = 0
 	end
 end
-return {value, pttl, counter, rec.v or '', rec.f or '0', rec.g or '', rec.o or '', rec.s or '', left, rec.c or '', rec.n or '0'}
+return {value, pttl, counter, f[1] or '', f[2] or '0', f[3] or '', f[4] or '', f[5] or '', left, f[7] or '', f[8] or '0'}

@@ -25,7 +25,7 @@ local rec = record_of(holder_key, value)
 if rec and tonumber(rec.n) >= seq then
 	return answer(0)
 end
-local state, until_ms = 'held', 0
+local state, until_ms = 'held', '0'
 if idle_ms > 0 then
 	state, until_ms = 'idle', string.format('%d', now + idle_ms)
 end

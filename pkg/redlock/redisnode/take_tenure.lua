@@ -9,6 +9,7 @@
 -- a "wanted" message), sidecar, arrival (µs, on the caller's clock), mark
 -- ttl ms (0: no mark on refusal). "wanted" is published on the holder
 -- record's channel as 'w <arrival> <mark ttl> <reply channel> <key>'.
+-- A grant removes the caller's own mark.
 -- Returns {acquired, holder_pttl, fence, committed, prev, idle, idle_ttl,
 -- by_mark, oldest_arrival, oldest_ttl, oldest_sidecar}: fence is the
 -- committed top, else the floor read.
@@ -26,7 +27,7 @@ local handing = from ~= '' and cur == from
 if handing then
 	cur = false
 end
-local oldest, oldest_sc, oldest_left = marks_oldest(marks_key, sidecar, now)
+local oldest, oldest_sc, oldest_left, marked = marks_oldest(marks_key, sidecar, now)
 
 local function answer(acquired, pttl, fence, committed, prev, idle, idle_ttl, by_mark)
 	if not oldest then
@@ -69,9 +70,14 @@ if not cur then
 else
 	redis.call('PEXPIRE', key, ttl) -- a retried take
 end
+-- Its place in line is taken: a mark left behind would outlive a tenure
+-- lost with its sidecar and hold a free key back from others.
+if marked then
+	redis.call('HDEL', marks_key, sidecar)
+end
 
 if mode == 0 then
-	record_put(holder_key, value, 0, grant, owner, 'held', 0, channel, 0, retention)
+	record_put(holder_key, value, '0', grant, owner, 'held', '0', channel, '0', retention)
 	return answer(1, 0, 0, 0, 0, 0, 0, 0)
 end
 local floor, counter = fence_floor(fence_key)
@@ -83,12 +89,12 @@ if mode == 2 then
 	first = first + 1
 	local top = first + block - 1
 	redis.call('SET', fence_key, string.format('%d', top), 'PX', retention)
-	record_put(holder_key, value, string.format('%d', first), grant, owner, 'held', 0, channel, 0, retention)
+	record_put(holder_key, value, string.format('%d', first), grant, owner, 'held', '0', channel, '0', retention)
 	return answer(1, 0, top, 1, counter, 0, 0, 0)
 end
 if proposal - block + 1 <= floor then
 	return answer(1, 0, floor, 0, 0, 0, 0, 0)
 end
 redis.call('SET', fence_key, ARGV[5], 'PX', retention)
-record_put(holder_key, value, string.format('%d', proposal - block + 1), grant, owner, 'held', 0, channel, 0, retention)
+record_put(holder_key, value, string.format('%d', proposal - block + 1), grant, owner, 'held', '0', channel, '0', retention)
 return answer(1, 0, proposal, 1, counter, 0, 0, 0)

@@ -27,7 +27,7 @@ var (
 	getHolderSrc string
 
 	takeTenureScript    = redis.NewScript(marksSrc + fenceFloorSrc + takeTenureSrc)
-	commitTenureScript  = redis.NewScript(marksSrc + commitTenureSrc)
+	commitTenureScript  = redis.NewScript(marksSrc + raiseCounterSrc + commitTenureSrc)
 	noteHolderScript    = redis.NewScript(marksSrc + noteHolderSrc)
 	releaseTenureScript = redis.NewScript(marksSrc + releaseTenureSrc)
 	getHolderScript     = redis.NewScript(marksSrc + getHolderSrc)
