@@ -16,7 +16,7 @@ HELM := $(GO) run helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 # Deterministic archives: names sorted, root-owned, stamped with the commit's time.
 RELEASE_TAR := tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(SOURCE_DATE_EPOCH)
 
-.PHONY: release release-bin release-chart release-image image-test release-tools
+.PHONY: release release-bin release-chart release-image image-test release-tools image-test-tools
 
 ## release: everything a GitHub release holds, into dist/: static binaries (linux amd64/arm64, the
 ## CLI for darwin amd64/arm64) as tar.gz, the packaged Helm chart, the OCI image (dist/oci, a
@@ -55,12 +55,16 @@ release-tools:
 IMAGE_TEST_DIST := $(DIST)/image-test
 # image-test takes ~20 s with a warm Go cache (~5.5 min cold), so it runs in make test.
 TEST_MORE += image-test
+TEST_TOOLS += image-test-tools
+
+# image-test-tools installs Debian's runc when missing.
+image-test-tools:
+	$(call need-deb,runc,runc)
 
 ## image-test: the image of this machine's platform built as in `make release`, run as a real
 ## container with runc (installed from Debian when missing) over 3 real masters: /healthz, /readyz,
 ## a lock from outside, uid 65532, read-only root, exit 0 on SIGTERM (test/container).
-image-test: redis-server
-	$(call need-deb,runc,runc)
+image-test: redis-server image-test-tools
 	$(MAKE) --no-print-directory release-image DIST=$(IMAGE_TEST_DIST) RELEASE_PLATFORMS= IMAGE_PLATFORMS=linux/$(RELEASE_HOST_ARCH)
 	cd $(TOOLS) && $(GO) test -count=1 ./imagebuild
 	cd test/container && SIDELOCK_IMAGE_TEST=$(CURDIR)/$(IMAGE_TEST_DIST)/oci SIDELOCK_IMAGE_REF=$(VERSION) \

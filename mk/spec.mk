@@ -39,3 +39,4 @@ spec-tools:
 	$(call need-deb,npm,npm)
 
 TEST_MORE += spec-test
+TEST_TOOLS += $(SPEC_NPM_STAMP)
