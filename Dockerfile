@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 
 # sidelock container image.
-#   docker build --build-arg VERSION=$(git describe --tags --always) \
+#   docker build --build-arg VERSION=$(cat VERSION) \
 #     --build-arg REVISION=$(git rev-parse HEAD) -t sidelock .
 # Needs BuildKit (cache/bind mounts); the result is a static binary on distroless.
 
@@ -45,6 +45,7 @@ ARG REVISION=unknown
 LABEL org.opencontainers.image.title=sidelock \
       org.opencontainers.image.source=https://github.com/sidelock/sidelock \
       org.opencontainers.image.version=${VERSION} \
+      org.opencontainers.image.licenses=Apache-2.0 \
       org.opencontainers.image.revision=${REVISION}
 COPY --from=build /out/sidelock /sidelock
 # Numeric so that runAsNonRoot can be verified by the kubelet

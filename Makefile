@@ -2,7 +2,9 @@
 SHELL := /bin/bash
 GO ?= go
 PKGS := ./...
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# VERSION is the one version of the binary, the image, the chart and both clients (the file
+# VERSION; `make version VERSION=vX.Y.Z` rewrites every copy, `make release VERSION=vX.Y.Z` stamps them).
+VERSION ?= $(file < VERSION)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 FUZZTIME ?= 10s
 BENCHTIME ?= 1s
@@ -13,7 +15,7 @@ GOLANGCI := $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(G
 # the product's go.mod; its targets run inside it, with paths relative to it. TOOLS_UNIT are its
 # quick unit tests (test-unit); its benchmarks run in bench-smoke, bench and scale-sim.
 TOOLS := tools
-TOOLS_UNIT := ./scale-model ./report ./scale ./benchread ./floor/...
+TOOLS_UNIT := ./scale-model ./report ./scale ./benchread ./floor/... ./release
 # Each mk/*.mk owns one area's targets (release and image, spec, clients, monitoring); a target that
 # belongs in `make test` adds itself to TEST_MORE there, and the target installing what it needs
 # (apt-get, npm) to TEST_TOOLS, which `make test` runs first, one at a time.
@@ -62,8 +64,10 @@ test: redis-server check-fmt vet $(TEST_TOOLS)
 	$(MAKE) --no-print-directory test-load
 	$(MAKE) --no-print-directory chaos-ci
 
-# test-unit leaves ./clients to clients-test (mk/clients.mk), which requires python3 and node.
+# test-unit leaves ./clients to clients-test (mk/clients.mk), which requires python3 and node; the
+# README's walkthrough (TestReadmeWalkthrough) runs with curl.
 test-unit:
+	$(call need-deb,curl,curl)
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list $(PKGS) | grep -v '/clients$$')
 	cd $(TOOLS) && $(GO) test -race -count=1 -timeout 5m $(TOOLS_UNIT)
 

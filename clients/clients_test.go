@@ -279,8 +279,9 @@ func need(t *testing.T, tool string) string {
 }
 
 // run runs one command in dir (relative to clients/) with env added, logs
-// its output into the test log, and fails the test if it fails.
-func run(t *testing.T, label, dir string, env []string, name string, args ...string) {
+// its output into the test log, fails the test if it fails, and returns
+// the output.
+func run(t *testing.T, label, dir string, env []string, name string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
@@ -296,6 +297,7 @@ func run(t *testing.T, label, dir string, env []string, name string, args ...str
 	if err != nil {
 		t.Fatalf("%s failed: %v", label, err)
 	}
+	return string(out)
 }
 
 // snippet is one fenced code block of a page.
@@ -367,14 +369,15 @@ func writeFile(t *testing.T, dir, name, content string) string {
 	return path
 }
 
-// startSidecar builds cmd/sidelock, runs it over three durable masters
+// startSidecar builds cmd/sidelock (or runs $SIDELOCK_BIN: a release's
+// binary, for the install test), runs it over three durable masters
 // (durable, so they count at once: no restart probation) and returns its
 // lock API's URL once /readyz answers 200. Only the settings given here
 // (and extraEnv) reach it, whatever the caller's shell has. Nothing
 // outlives the test.
 func startSidecar(t *testing.T, extraEnv ...string) string {
 	t.Helper()
-	bin := sidecartest.Build(t)
+	bin := sidecartest.PrebuiltOrBuild(t, "SIDELOCK_BIN")
 	masters := redistest.StartN(t, 3, redistest.WithAppendOnly())
 	addrs := make([]string, len(masters))
 	for i, m := range masters {

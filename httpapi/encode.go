@@ -158,7 +158,7 @@ func problemFor(err error) problem {
 	case errors.As(err, &tooBig):
 		return newProblem(http.StatusRequestEntityTooLarge, codeBodyTooLarge, fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
 	case errors.As(err, &held):
-		p := newProblem(http.StatusConflict, codeLockHeld, "the lock is held by another owner (for a semaphore: every permit is held; for a read/write lock: a writer holds or waits, or readers hold it; for a lock set: one of its locks is held)")
+		p := newProblem(http.StatusConflict, codeLockHeld, heldDetail(err))
 		p.RetryAfterMS = held.RetryAfter.Milliseconds()
 		return p
 	case errors.Is(err, lease.ErrPermitsMismatch):
@@ -208,6 +208,40 @@ func problemFor(err error) problem {
 	}
 }
 
+// kindError is a refusal of an acquisition of one kind of lease: the
+// answers whose words depend on the kind (lock_held's) name the kind asked
+// for, and that kind alone.
+type kindError struct {
+	prefix string // the kind's path prefix (kinds.go)
+	err    error
+}
+
+func (e *kindError) Error() string { return e.err.Error() }
+func (e *kindError) Unwrap() error { return e.err }
+
+// refusedFor marks err as the refusal of an acquisition of the kind whose
+// paths begin with prefix.
+func refusedFor(prefix string, err error) error { return &kindError{prefix: prefix, err: err} }
+
+// heldDetail is lock_held's detail for the kind the request asked for.
+func heldDetail(err error) string {
+	var kind *kindError
+	prefix := locks
+	if errors.As(err, &kind) {
+		prefix = kind.prefix
+	}
+	switch prefix {
+	case semaphores:
+		return "every permit of the semaphore is held"
+	case rwlocks:
+		return "the read/write lock is held the other way: a writer holds or awaits it, or readers hold it"
+	case locksets:
+		return "a lock of the set is held by another owner; none of the set was taken"
+	default:
+		return "the lock is held by another owner"
+	}
+}
+
 // limitCode is the stable code of a refusal by a sidecar limit.
 func limitCode(err error) problemCode {
 	if errors.Is(err, lease.ErrTooManyWaiters) {
@@ -237,7 +271,8 @@ type leaseBody struct {
 	AcquiredAt     time.Time `json:"acquired_at"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	ValidUntil     time.Time `json:"valid_until"`
-	Fence          int64     `json:"fence,omitempty"`
+	// Fence is present for every lease that has one of its own (fenceOf).
+	Fence *int64 `json:"fence,omitempty"`
 	// MaxHoldAt is when the lease ends whatever the caller does.
 	MaxHoldAt *time.Time `json:"max_hold_at,omitempty"`
 	// Permits and Slot describe a semaphore's permit (absent for a lock).
@@ -266,13 +301,24 @@ func leaseJSON(in lease.Info) leaseBody {
 		AcquiredAt:     in.AcquiredAt.UTC(),
 		LeaseExpiresAt: in.LeaseExpiresAt.UTC(),
 		ValidUntil:     in.ValidUntil.UTC(),
-		Fence:          in.Fence,
+		Fence:          fenceOf(in),
 		MaxHoldAt:      optionalTime(in.MaxHoldAt),
 		Permits:        in.Permits,
 		Slot:           in.Slot,
 		Mode:           in.Mode,
 		Locks:          setLocksJSON(in.Locks),
 	}
+}
+
+// fenceOf is a lease's fence, always present for a lease that has one of
+// its own, a lock, a permit or a writer (0 with SIDELOCK_FENCING off: the
+// spec's FencedGrant requires it); absent for a reader and a lock set,
+// which have none (a set's locks carry theirs).
+func fenceOf(in lease.Info) *int64 {
+	if in.Mode == lease.ModeShared || len(in.Locks) > 0 {
+		return nil
+	}
+	return &in.Fence
 }
 
 // setLocksJSON is a lock set's locks (nil for every other lease).

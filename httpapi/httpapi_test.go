@@ -176,3 +176,32 @@ func TestBadInputGetsJSON4xx(t *testing.T) {
 		t.Fatalf("the held lock was disturbed by bad requests: %d %v", got.status, got.body)
 	}
 }
+
+// A 409 lock_held names the kind the request asked for, and no other: a
+// plain lock's says nothing of permits, readers or sets.
+func TestLockHeldNamesOnlyTheKindAskedFor(t *testing.T) {
+	srv := newAPI(t)
+	for _, c := range []struct {
+		path, want string
+		not        []string
+	}{
+		{"/locks/held-kind", "the lock is held by another owner", []string{"semaphore", "permit", "read", "set"}},
+		{"/semaphores/held-kind?permits=1", "every permit of the semaphore is held", []string{"read", "set"}},
+		{"/rwlocks/held-kind?mode=exclusive", "the read/write lock is held the other way", []string{"semaphore", "permit", "set"}},
+		{"/locksets/held-kind-a,held-kind-b", "a lock of the set is held by another owner", []string{"semaphore", "permit", "read"}},
+	} {
+		if first := call(t, srv, "POST", c.path, ""); first.status != 200 {
+			t.Fatalf("%s: %d %v", c.path, first.status, first.body)
+		}
+		got := call(t, srv, "POST", c.path, "")
+		detail, _ := got.body["detail"].(string)
+		if got.status != 409 || got.body["code"] != "lock_held" || !strings.HasPrefix(detail, c.want) {
+			t.Errorf("%s: %d %v, want 409 lock_held %q", c.path, got.status, got.body, c.want)
+		}
+		for _, word := range c.not {
+			if strings.Contains(detail, word) {
+				t.Errorf("%s: detail %q speaks of %q, another kind", c.path, detail, word)
+			}
+		}
+	}
+}

@@ -26,7 +26,7 @@ func handleAcquire(log *slog.Logger, k kind) http.Handler {
 		}
 		info, err := k.api.Acquire(r.Context(), req)
 		if err != nil {
-			writeError(w, log, err)
+			writeError(w, log, refusedFor(k.prefix, err))
 			return
 		}
 		if req.Hold {

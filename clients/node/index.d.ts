@@ -1,6 +1,15 @@
 // Types of index.js, written by hand (the package ships plain ESM
-// JavaScript: nothing to build). `[Symbol.asyncDispose]` needs TypeScript
-// 5.2+ with lib "esnext.disposable" (or "esnext") to be seen.
+// JavaScript: nothing to build). They type-check under `tsc --strict`
+// without skipLibCheck, with or without @types/node (make clients-test:
+// test/clients-js).
+
+declare global {
+  // Symbol.asyncDispose, for `await using` (TypeScript 5.2+): declared here as
+  // @types/node does, for projects whose lib (before esnext) lacks it.
+  interface SymbolConstructor {
+    readonly asyncDispose: unique symbol;
+  }
+}
 
 /** Where the sidecar's lock API listens in a pod. */
 export declare const DEFAULT_ADDR: "http://127.0.0.1:7420";
@@ -189,9 +198,10 @@ export declare function rwlockPath(name: string): string;
 export declare function lockSetPath(names: Names): string;
 /** One event of a watch as a Change. */
 export declare function parseChange(kind: string, data: Record<string, unknown>): Change;
-/** Events of a text/event-stream body; a retry field goes to onRetry. */
+/** Events of a text/event-stream body (a node:http response, a fetch body: any async iterable of bytes); a retry
+ * field goes to onRetry. */
 export declare function readEvents(
-  body: ReadableStream<Uint8Array>,
+  body: AsyncIterable<Uint8Array>,
   options?: { onRetry?: (ms: number) => void },
 ): AsyncGenerator<{ event: string; data: string; id?: string }, void, void>;
 
@@ -254,6 +264,9 @@ export declare class KeptLock {
   readonly released: boolean;
   /** True while the lock is held and validUntil has not passed. */
   valid(): boolean;
+  /** Push the lease out now (with a new ttl when given): the fresh lease. Rejects with LeaseGone (and marks the lock
+   * lost) once the token no longer holds it. */
+  extend(ttl?: Duration): Promise<Lease>;
   /** Give the lock up (once; later calls do nothing). */
   release(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
@@ -263,10 +276,12 @@ export declare class HeartbeatLock extends KeptLock {}
 /** A lock held over a server-sent events stream. */
 export declare class HeldLock extends KeptLock {}
 
-/** A client of one sidecar. */
+/** A client of one sidecar; requests reuse kept-alive connections (an undici Pool of its own). */
 export declare class Client {
   constructor(options?: ClientOptions);
   readonly baseUrl: string;
+  /** Close the kept-alive connections once the requests in flight are answered; the client cannot be used after. */
+  close(): Promise<void>;
   /** Take the lock; rejects with LockHeld when still held after the wait. */
   acquire(name: string, options?: AcquireOptions): Promise<Lease>;
   /** The heartbeat: push the lease out (by ttl when given). */

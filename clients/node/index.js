@@ -1,6 +1,10 @@
-// sidelock: distributed locks from the pod's sidecar, for Node.js 18 and
-// later. No dependencies: the global fetch, AbortController and timers.
-// Types are in index.d.ts; docs/clients.md describes every call.
+// sidelock: distributed locks from the pod's sidecar, for Node.js 18.17 and
+// later. One dependency: undici, whose keep-alive Pool carries every request
+// (one pool of connections per Client): node:http's Agent costs 1.1-1.4x its
+// CPU per lock, the global fetch 3-5x (make bench-clients). Types are in
+// index.d.ts; docs/clients.md describes every call.
+
+import { Pool } from "undici";
 
 /** Where the sidecar's lock API listens in a pod. */
 export const DEFAULT_ADDR = "http://127.0.0.1:7420";
@@ -127,7 +131,7 @@ export function durationMs(d) {
 /**
  * The URL path of a lock. The whole name is one escaped segment, its '/'
  * sent as %2F (the sidecar decodes it once: "orders%2F42" is "orders/42"),
- * because fetch's URL parser removes "." and ".." segments, escaped or
+ * because WHATWG URL parsers (fetch's, many proxies') remove "." and ".." segments, escaped or
  * not, and would silently name another lock: "a/../b" would lock "b".
  * The sidecar refuses such names; only a name that is all one dot
  * segment cannot reach it intact, so it is refused here.
@@ -252,82 +256,81 @@ export function parseChange(kind, b) {
   };
 }
 
-/** Events of a text/event-stream body, as {event, data, id}. Comments
+/** Events of a text/event-stream body (an async iterable of bytes: a
+ * response of node:http, or a fetch body), as {event, data, id}. Comments
  * are skipped; data lines are joined with newlines; a valid retry
  * (milliseconds) goes to onRetry, for a reader that reconnects. */
 export async function* readEvents(body, { onRetry } = {}) {
   const decoder = new TextDecoder();
-  const reader = body.getReader();
   let buffer = "";
   let event = "";
   let data = [];
   let id;
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return;
-      buffer += decoder.decode(value, { stream: true });
-      let newline;
-      while ((newline = buffer.indexOf("\n")) >= 0) {
-        const line = buffer.slice(0, newline).replace(/\r$/, "");
-        buffer = buffer.slice(newline + 1);
-        if (line === "") {
-          if (data.length > 0) yield { event: event || "message", data: data.join("\n"), id };
-          event = "";
-          data = [];
-          continue;
-        }
-        if (line.startsWith(":")) continue;
-        const colon = line.indexOf(":");
-        const field = colon < 0 ? line : line.slice(0, colon);
-        let value = colon < 0 ? "" : line.slice(colon + 1);
-        if (value.startsWith(" ")) value = value.slice(1);
-        if (field === "event") event = value;
-        else if (field === "data") data.push(value);
-        else if (field === "id") id = value;
-        else if (field === "retry" && /^\d+$/.test(value)) onRetry?.(Number(value));
+  for await (const value of body) {
+    buffer += decoder.decode(value, { stream: true });
+    let newline;
+    while ((newline = buffer.indexOf("\n")) >= 0) {
+      const line = buffer.slice(0, newline).replace(/\r$/, "");
+      buffer = buffer.slice(newline + 1);
+      if (line === "") {
+        if (data.length > 0) yield { event: event || "message", data: data.join("\n"), id };
+        event = "";
+        data = [];
+        continue;
       }
+      if (line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? "" : line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (field === "event") event = value;
+      else if (field === "data") data.push(value);
+      else if (field === "id") id = value;
+      else if (field === "retry" && /^\d+$/.test(value)) onRetry?.(Number(value));
     }
-  } finally {
-    reader.releaseLock();
   }
 }
 
-/** A signal that aborts when any of signals does, or after ms; done()
- * drops the timer and listeners. (AbortSignal.any is not in Node 18.) */
-function linkedSignal(signals, ms) {
-  const controller = new AbortController();
-  const abort = (reason) => controller.abort(reason);
-  const listeners = [];
-  for (const s of signals) {
-    if (!s) continue;
-    if (s.aborted) abort(s.reason);
-    const onAbort = () => abort(s.reason);
-    s.addEventListener("abort", onAbort, { once: true });
-    listeners.push([s, onAbort]);
-  }
-  const timer = ms === undefined ? undefined : setTimeout(() => abort(new Unreachable("timeout", 0, `no answer within ${ms} ms`)), ms);
-  return {
-    signal: controller.signal,
-    done() {
-      clearTimeout(timer);
-      for (const [s, onAbort] of listeners) s.removeEventListener("abort", onAbort);
-    },
-  };
+/** Whether a request may be sent again after the kept-alive connection it
+ * went out on turned out closed by the sidecar: reads, heartbeats and
+ * releases, and an acquire with an Idempotency-Key (net/http's rule). */
+function replayable(method, headers) {
+  return method !== "POST" || "Idempotency-Key" in headers;
 }
+
+/** The codes of a connection that closed under a request before any answer. */
+const CLOSED_UNDER = new Set(["ECONNRESET", "EPIPE", "UND_ERR_SOCKET"]);
+
+/** How long an idle connection is kept: below the sidecar's idle timeout
+ * (30s), above a heartbeat's pause for the default ttl (10s). */
+const KEEP_ALIVE_MS = 20000;
 
 /** A client of one sidecar. */
 export class Client {
+  #pool;
+  #prefix;
+
   /**
    * baseUrl defaults to $SIDELOCK_ADDR, else http://127.0.0.1:7420; apiToken
    * to $SIDELOCK_API_TOKEN (sent only when set); timeoutMs bounds each
-   * request on top of the wait it asks for.
+   * request on top of the wait it asks for. Requests reuse kept-alive
+   * connections (an undici Pool of the client's own); close() closes them.
    */
   constructor({ baseUrl, apiToken, timeoutMs = 10000 } = {}) {
     const env = globalThis.process?.env ?? {};
     this.baseUrl = (baseUrl ?? env.SIDELOCK_ADDR ?? DEFAULT_ADDR).replace(/\/+$/, "");
     this.apiToken = apiToken ?? (env.SIDELOCK_API_TOKEN || undefined);
     this.timeoutMs = timeoutMs;
+    const url = new URL(this.baseUrl);
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError(`baseUrl must be an http(s) URL, got ${this.baseUrl}`);
+    this.#prefix = url.pathname.replace(/\/+$/, "");
+    this.#pool = new Pool(url.origin, { keepAliveTimeout: KEEP_ALIVE_MS, keepAliveMaxTimeout: KEEP_ALIVE_MS });
+  }
+
+  /** Close the kept-alive connections, once the requests in flight are
+   * answered; the client cannot be used after. */
+  close() {
+    return this.#pool.close();
   }
 
   /** Take the lock, waiting up to opts.wait while another owner holds it;
@@ -348,8 +351,7 @@ export class Client {
 
   /** Who holds the lock now, read from the masters (never the token). */
   async inspect(name, { signal } = {}) {
-    const res = await this.#call("GET", lockPath(name), undefined, {}, this.timeoutMs, signal);
-    return parseStatus(await res.json());
+    return parseStatus(await this.#call("GET", lockPath(name), undefined, {}, this.timeoutMs, signal));
   }
 
   /**
@@ -392,8 +394,8 @@ export class Client {
 
   /** Who holds the semaphore's permits now: one holder per held slot. */
   async inspectSemaphore(name, permits, { signal } = {}) {
-    const res = await this.#call("GET", semaphorePath(name), new URLSearchParams({ permits: String(permits) }), {}, this.timeoutMs, signal);
-    return parseSemaphoreStatus(await res.json());
+    const query = new URLSearchParams({ permits: String(permits) });
+    return parseSemaphoreStatus(await this.#call("GET", semaphorePath(name), query, {}, this.timeoutMs, signal));
   }
 
   /** Take one of the semaphore's permits and keep it until released,
@@ -432,8 +434,7 @@ export class Client {
 
   /** Who reads or writes the lock now, and whether a writer waits. */
   async inspectRWLock(name, { signal } = {}) {
-    const res = await this.#call("GET", rwlockPath(name), undefined, {}, this.timeoutMs, signal);
-    return parseRWLockStatus(await res.json());
+    return parseRWLockStatus(await this.#call("GET", rwlockPath(name), undefined, {}, this.timeoutMs, signal));
   }
 
   /** Read or write the lock and keep it until released, exactly as lock()
@@ -474,8 +475,7 @@ export class Client {
 
   /** Who holds each lock of the set now, read from the masters. */
   async inspectLockSet(names, { signal } = {}) {
-    const res = await this.#call("GET", lockSetPath(names), undefined, {}, this.timeoutMs, signal);
-    return parseLockSetStatus(await res.json());
+    return parseLockSetStatus(await this.#call("GET", lockSetPath(names), undefined, {}, this.timeoutMs, signal));
   }
 
   /** Take every lock of the set and keep them until released, exactly as
@@ -517,7 +517,7 @@ export class Client {
     while (stream) {
       let why = "it ended";
       try {
-        for await (const { event, data, id } of readEvents(stream.res.body, { onRetry: (ms) => (retryMs = ms) })) {
+        for await (const { event, data, id } of readEvents(stream.res, { onRetry: (ms) => (retryMs = ms) })) {
           if (id !== undefined) lastId = id;
           yield parseChange(event, JSON.parse(data));
         }
@@ -567,20 +567,17 @@ export class Client {
 
   async _acquire(path, query, opts) {
     const headers = opts.idempotencyKey ? { "Idempotency-Key": opts.idempotencyKey } : {};
-    const res = await this.#call("POST", path, query, headers, this.#waitBudget(opts.wait), opts.signal);
-    return parseLease(await res.json());
+    return parseLease(await this.#call("POST", path, query, headers, this.#waitBudget(opts.wait), opts.signal));
   }
 
   async _extend(path, token, { ttl, signal, timeoutMs } = {}) {
     const q = new URLSearchParams();
     if (ttl !== undefined) q.set("ttl", goDuration(ttl));
-    const res = await this.#call("PUT", path, q, { "Lock-Token": token }, timeoutMs ?? this.timeoutMs, signal);
-    return parseLease(await res.json());
+    return parseLease(await this.#call("PUT", path, q, { "Lock-Token": token }, timeoutMs ?? this.timeoutMs, signal));
   }
 
   async _release(path, token, { signal } = {}) {
-    const res = await this.#call("DELETE", path, undefined, { "Lock-Token": token }, this.timeoutMs, signal);
-    await res.arrayBuffer();
+    await this.#call("DELETE", path, undefined, { "Lock-Token": token }, this.timeoutMs, signal);
   }
 
   /** Acquires and keeps what path names; kind is a semaphore's {permits}
@@ -628,35 +625,46 @@ export class Client {
     return this.timeoutMs + (wait === undefined ? 0 : durationMs(wait));
   }
 
-  #url(path, query) {
+  #path(path, query) {
     const q = query?.toString();
-    return this.baseUrl + path + (q ? "?" + q : "");
+    return this.#prefix + path + (q ? "?" + q : "");
   }
 
   #headers(extra) {
     return this.apiToken ? { ...extra, Authorization: `Bearer ${this.apiToken}` } : extra;
   }
 
-  /** One request; a non-2xx answer rejects with its typed error. */
+  /** One request on a kept-alive connection, its answer read whole and
+   * decoded (undefined when empty). A non-2xx answer rejects with its typed
+   * error, no answer within timeoutMs with Unreachable, the caller's abort
+   * with its reason. */
   async #call(method, path, query, headers, timeoutMs, signal) {
-    const linked = linkedSignal([signal], timeoutMs);
+    let res;
     try {
-      const res = await this.#fetch(method, path, query, headers, linked.signal, signal);
-      if (res.status >= 300) throw await problemError(res);
-      return res;
-    } finally {
-      linked.done();
+      res = await this.#send(method, path, query, headers, timeoutMs, signal);
+    } catch (e) {
+      if (!(CLOSED_UNDER.has(e?.code) && replayable(method, headers)) || signal?.aborted) throw unreachable(method, path, e, signal);
+      // The sidecar closed the kept-alive connection as it was taken: once more, on another.
+      res = await this.#send(method, path, query, headers, timeoutMs, signal).catch((e2) => {
+        throw unreachable(method, path, e2, signal);
+      });
     }
+    const body = await res.body.text().catch((e) => {
+      throw unreachable(method, path, e, signal);
+    });
+    if (res.statusCode >= 300) throw problemError(res.statusCode, body);
+    return body.length > 0 ? JSON.parse(body) : undefined;
   }
 
-  async #fetch(method, path, query, headers, signal, callerSignal) {
-    try {
-      return await fetch(this.#url(path, query), { method, headers: this.#headers(headers), signal });
-    } catch (e) {
-      if (callerSignal?.aborted) throw callerSignal.reason;
-      if (signal.reason instanceof SidelockError) throw signal.reason;
-      throw new Unreachable("unreachable", 0, `${method} ${path}: ${e?.cause?.message ?? e?.message ?? e}`);
-    }
+  #send(method, path, query, headers, timeoutMs, signal) {
+    return this.#pool.request({
+      method,
+      path: this.#path(path, query),
+      headers: this.#headers(headers),
+      signal,
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+    });
   }
 
   /** POST ?hold=true, answered with an event stream left open for reading,
@@ -665,31 +673,55 @@ export class Client {
     return this._openStream("POST", path, query, {}, this.#waitBudget(opts.wait), opts.signal, stream);
   }
 
-  /** A request answered with an event stream (an acquire with hold, a
-   * watch), left open for reading. The stream outlives the request, so it
-   * is aborted by stream, which the caller's signal and budgetMs abort
-   * until stop(). */
+  /**
+   * A request answered with an event stream (an acquire with hold, a
+   * watch) on a connection of its own, never pooled: resolves with the
+   * response (an async iterable of bytes) once its head arrived. The
+   * stream outlives the request, so it is closed by stream (an
+   * AbortController), which the caller's signal and budgetMs abort until
+   * stop().
+   */
   async _openStream(method, path, query, headers, budgetMs, callerSignal, stream) {
-    const linked = linkedSignal([callerSignal], budgetMs);
-    const stop = () => linked.done();
-    linked.signal.addEventListener("abort", () => stream.abort(linked.signal.reason), { once: true });
-    // Connection: close keeps the stream's connection out of fetch's pool:
-    // it ends with the stream, and is never reused for another request.
-    const res = await this.#fetch(method, path, query, { ...headers, Connection: "close" }, stream.signal, callerSignal).catch((e) => {
+    const onAbort = () => stream.abort(callerSignal.reason);
+    const stop = () => callerSignal?.removeEventListener("abort", onAbort);
+    if (callerSignal?.aborted) throw callerSignal.reason;
+    callerSignal?.addEventListener("abort", onAbort, { once: true });
+    let res;
+    try {
+      // The answer's head within budgetMs; the stream itself may then stay
+      // silent for as long as the lock does (no body timeout).
+      res = await this.#pool.request({
+        method,
+        path: this.#path(path, query),
+        headers: this.#headers(headers),
+        signal: stream.signal,
+        headersTimeout: budgetMs,
+        bodyTimeout: 0,
+      });
+    } catch (e) {
       stop();
-      throw e;
-    });
-    if (res.status >= 300) {
-      stop();
-      throw await problemError(res);
+      throw unreachable(method, path, e, callerSignal);
     }
-    if (res.status !== 200 || !(res.headers.get("content-type") ?? "").startsWith("text/event-stream")) {
+    if (res.statusCode >= 300) {
+      stop();
+      throw problemError(res.statusCode, await res.body.text().catch(() => ""));
+    }
+    if (res.statusCode !== 200 || !String(res.headers["content-type"] ?? "").startsWith("text/event-stream")) {
       stop();
       stream.abort();
-      throw new Unreachable("unexpected_answer", res.status, `${method} ${path}: not an event stream`);
+      throw new Unreachable("unexpected_answer", res.statusCode, `${method} ${path}: not an event stream`);
     }
-    return { res, stop };
+    return { res: res.body, stop };
   }
+}
+
+/** The error of a request that got no answer: the caller's abort reason,
+ * a timeout, or the sidecar out of reach. */
+function unreachable(method, path, e, signal) {
+  if (signal?.aborted) return signal.reason;
+  if (e instanceof SidelockError) return e;
+  if (e?.code === "UND_ERR_HEADERS_TIMEOUT" || e?.code === "UND_ERR_BODY_TIMEOUT") return new Unreachable("timeout", 0, `${method} ${path}: ${e.message}`);
+  return new Unreachable("unreachable", 0, `${method} ${path}: ${e?.message ?? e}`);
 }
 
 /** fn(kept), then the release, whether fn returned or threw. */
@@ -716,8 +748,8 @@ function pause(ms, signal) {
   });
 }
 
-async function problemError(res) {
-  const text = await res.text().catch(() => "");
+/** The typed error of a non-2xx answer (problem details, or not). */
+function problemError(status, text) {
   let problem;
   try {
     problem = JSON.parse(text);
@@ -725,7 +757,7 @@ async function problemError(res) {
     problem = undefined;
   }
   if (!problem || typeof problem !== "object" || !problem.code) problem = { code: "http_error", detail: text.trim().slice(0, 512) };
-  return errorFor(res.status, problem);
+  return errorFor(status, problem);
 }
 
 /** Why a lease whose validUntil passed without news ended: its max_hold
@@ -797,6 +829,23 @@ export class KeptLock {
   valid() {
     return !this.#lost.signal.aborted && !this.released && Date.now() < this.lease.validUntil.getTime();
   }
+
+  /** Push the lease out now (with a new ttl when given) and resolve with
+   * the fresh lease; later heartbeats keep that ttl. Rejects with
+   * LeaseGone, and marks the lock lost, once the token no longer holds it. */
+  async extend(ttl) {
+    try {
+      this.lease = await this.client._extend(this.path, this.token, { ttl });
+    } catch (e) {
+      if (e instanceof LeaseGone) this._markLost("lease_gone");
+      throw e;
+    }
+    this._renewed();
+    return this.lease;
+  }
+
+  /** The lease moved: a keeper re-arms what follows its validUntil. */
+  _renewed() {}
 
   _markLost(reason) {
     if (this.#lost.signal.aborted || this.released) return;
@@ -879,7 +928,7 @@ export class HeldLock extends KeptLock {
   static async open(client, path, query, opts) {
     const stream = new AbortController();
     const { res, stop } = await client._openHold(path, query, opts, stream);
-    const events = readEvents(res.body);
+    const events = readEvents(res);
     let first;
     try {
       first = (await events.next()).value;
@@ -914,6 +963,10 @@ export class HeldLock extends KeptLock {
       this.#close();
       await this.#reading;
     }
+  }
+
+  _renewed() {
+    this.#arm();
   }
 
   #arm() {

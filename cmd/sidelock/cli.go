@@ -36,6 +36,9 @@ const (
 type exitCode struct {
 	code int
 	err  error
+	// conflict marks a lock held by another (at once, or past --wait): the
+	// code --conflict-exit-code replaces.
+	conflict bool
 }
 
 func (e *exitCode) Error() string {
@@ -49,6 +52,35 @@ func (e *exitCode) Unwrap() error { return e.err }
 
 func exitWith(code int, format string, args ...any) error {
 	return &exitCode{code: code, err: fmt.Errorf(format, args...)}
+}
+
+// conflictWith is a lock held by another, not acquired at once or within
+// --wait: exit 75 unless --conflict-exit-code says otherwise.
+func conflictWith(format string, args ...any) error {
+	return &exitCode{code: exitNotAcquired, err: fmt.Errorf(format, args...), conflict: true}
+}
+
+// addConflictFlag adds --conflict-exit-code (exec's and lock's), flock's -E:
+// scripts ported from `flock -n` (which exits 1) keep their meaning.
+func addConflictFlag(fs *flag.FlagSet, code *int) {
+	fs.IntVar(code, "conflict-exit-code", exitNotAcquired, "exit with `N` (0..255) when the lock is held by another, at once or past --wait (flock -E; flock -n exits 1)")
+}
+
+// checkConflictCode refuses an exit code a process cannot have.
+func checkConflictCode(verbName string, code int) error {
+	if code < 0 || code > 255 {
+		return usageError(verbName, "--conflict-exit-code %d: an exit code is 0..255", code)
+	}
+	return nil
+}
+
+// withConflictCode gives a conflict the exit code --conflict-exit-code chose.
+func withConflictCode(err error, code int) error {
+	var ec *exitCode
+	if errors.As(err, &ec) && ec.conflict {
+		return &exitCode{code: code, err: ec.err, conflict: true}
+	}
+	return err
 }
 
 // errHelpShown ends a verb whose -h printed its help: exit 0.
@@ -113,7 +145,7 @@ func verbs() []verb {
 				"default the hostname) names the leader, the fence is its term.",
 			exits: []exitRow{
 				{"the command's", "the command ran holding the lock (128+n if signal n ended it)"},
-				{fmt.Sprint(exitNotAcquired), "the lock (a permit, a lock set) was not acquired within --wait, or a signal came first"},
+				{fmt.Sprint(exitNotAcquired), "the lock (a permit, a lock set) was held by another, at once or past --wait (--conflict-exit-code N instead), or a signal came first"},
 				{fmt.Sprint(exitLockLost), "the lock ended while the command ran; the command was stopped"},
 				{fmt.Sprint(exitUnavailable), "the sidecar could not be reached or refused the request"},
 				{fmt.Sprint(exitUsage), "usage error (unknown flag, missing or invalid NAME or lock set, a value the sidecar refused, permits mismatch)"},
@@ -126,7 +158,7 @@ func verbs() []verb {
 				"If this process dies, the connection closes and the sidecar releases the lock.",
 			exits: []exitRow{
 				{"0", "the lock was held, then released on SIGINT or SIGTERM"},
-				{fmt.Sprint(exitNotAcquired), "the lock was not acquired within --wait (or a signal came first)"},
+				{fmt.Sprint(exitNotAcquired), "the lock was held by another, at once or past --wait (--conflict-exit-code N instead), or a signal came first"},
 				{fmt.Sprint(exitLockLost), "the lock ended without being asked to: lost, max_hold reached, sidecar shut down"},
 				{fmt.Sprint(exitUnavailable), "the sidecar could not be reached or refused the request"},
 				{fmt.Sprint(exitUsage), "usage error (unknown flag, missing or invalid NAME, a value the sidecar refused)"},
@@ -451,9 +483,9 @@ func acquireFailed(ctx context.Context, verbName, name string, o client.Options,
 	var apiErr *client.Error
 	switch {
 	case errors.Is(err, client.ErrLockHeld) && o.Wait == 0:
-		return exitWith(exitNotAcquired, "lock %q is held by another (try once: no --wait)", name)
+		return conflictWith("lock %q is held by another (try once: no --wait)", name)
 	case errors.Is(err, client.ErrLockHeld):
-		return exitWith(exitNotAcquired, "lock %q not acquired within --wait %v", name, o.Wait)
+		return conflictWith("lock %q not acquired within --wait %v", name, o.Wait)
 	case ctx.Err() != nil:
 		return exitWith(exitNotAcquired, "interrupted before lock %q was acquired", name)
 	case errors.As(err, &apiErr) && apiErr.Status == 400:

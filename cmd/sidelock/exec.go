@@ -28,6 +28,9 @@ type execOptions struct {
 	name    string
 	set     []string // a lock set's names in canonical order, when NAME names one
 	argv    []string
+
+	// conflict is the exit code of a lock held by another (--conflict-exit-code).
+	conflict int
 }
 
 func parseExec(args []string, getenv func(string) string, stdout io.Writer) (execOptions, error) {
@@ -39,7 +42,11 @@ func parseExec(args []string, getenv func(string) string, stdout io.Writer) (exe
 	fs.IntVar(&o.permits, "permits", 0, "hold one of `N` permits of the semaphore NAME instead of the lock NAME (1..64; every caller must give the same N)")
 	fs.StringVar((*string)(&o.mode), "mode", "", "hold the read/write lock NAME instead of the lock NAME, as `MODE` shared (one of many readers; SIDELOCK_SLOT says which reader slot) or exclusive (the one writer)")
 	fs.BoolVar(&o.leader, "leader", false, "leader election: campaign for the lock NAME until elected, however long it takes (no --wait), then run the command as its leader")
+	addConflictFlag(fs, &o.conflict)
 	if err := parseFlags(fs, "exec", args, stdout); err != nil {
+		return o, err
+	}
+	if err := checkConflictCode("exec", o.conflict); err != nil {
 		return o, err
 	}
 	if err := checkExecMode(o, isSet(fs, "permits"), isSet(fs, "mode")); err != nil {
@@ -113,7 +120,7 @@ func runExec(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	held, err := o.acquire(ctx, o.sidecar.client(getenv))
 	if err != nil {
-		return o.acquireFailed(ctx, err)
+		return withConflictCode(o.acquireFailed(ctx, err), o.conflict)
 	}
 	defer held.Release()
 	holdConn, err := dupForChild(held.Conn())
@@ -210,9 +217,9 @@ func (o execOptions) notAdmitted() error {
 		waited = "no write of read/write lock"
 	}
 	if o.opts.Wait == 0 {
-		return exitWith(exitNotAcquired, "%s (try once: no --wait)", held)
+		return conflictWith("%s (try once: no --wait)", held)
 	}
-	return exitWith(exitNotAcquired, "%s %q within --wait %v", waited, o.name, o.opts.Wait)
+	return conflictWith("%s %q within --wait %v", waited, o.name, o.opts.Wait)
 }
 
 // setNotAcquired says why a lock set was not acquired: one of its locks
@@ -222,11 +229,11 @@ func (o execOptions) setNotAcquired(ctx context.Context, err error) error {
 	var apiErr *client.Error
 	switch {
 	case errors.Is(err, client.ErrLockHeld) && o.opts.Wait == 0:
-		return exitWith(exitNotAcquired, "a lock of lock set %q is held by another (try once: no --wait)", o.name)
+		return conflictWith("a lock of lock set %q is held by another (try once: no --wait)", o.name)
 	case errors.Is(err, client.ErrLockHeld):
-		return exitWith(exitNotAcquired, "lock set %q not acquired within --wait %v", o.name, o.opts.Wait)
+		return conflictWith("lock set %q not acquired within --wait %v", o.name, o.opts.Wait)
 	case errors.As(err, &apiErr) && apiErr.Code == codeSetChanged:
-		return exitWith(exitNotAcquired, "lock set %q: %s", o.name, apiErr.Detail)
+		return conflictWith("lock set %q: %s", o.name, apiErr.Detail)
 	default:
 		return acquireFailed(ctx, "exec", o.name, o.opts, o.sidecar.api, err)
 	}
@@ -311,7 +318,8 @@ const killLead = 100 * time.Millisecond
 // sweeps it too, unless it was killed itself), so that the lock is
 // released after, never before, the last process of the command died.
 func superviseCommand(group commandGroup, signals <-chan os.Signal, held *client.Held, grace time.Duration, stderr io.Writer) error {
-	s := supervisor{group: group, name: held.Lease.Name, noun: leaseNoun(held.Lease.Name), grace: grace, stderr: stderr}
+	s := supervisor{group: group, name: held.Lease.Name, noun: leaseNoun(held.Lease.Name), grace: grace, stderr: stderr,
+		maxHoldAt: held.Lease.MaxHoldAt}
 	s.watch(held.Lease.ValidUntil)
 	defer s.stopTimers()
 	events := held.Events()
@@ -329,13 +337,14 @@ func superviseCommand(group commandGroup, signals <-chan os.Signal, held *client
 		case <-s.killC():
 			group.signal(syscall.SIGKILL)
 		case <-s.watchdogC():
-			fmt.Fprintf(stderr, "sidelock exec: %s %q not renewed by its valid_until; killing the command\n", s.noun, s.name)
+			s.why = s.deadlineReason()
+			fmt.Fprintf(stderr, "sidelock exec: %s %q %s; killing the command\n", s.noun, s.name, s.why)
 			s.lost = true
 			group.signal(syscall.SIGKILL)
 		case err := <-group.exited:
 			sweepGroup(group.pgid)
 			if s.lost {
-				return exitWith(exitLockLost, "%s %q was lost while the command ran", s.noun, s.name)
+				return exitWith(exitLockLost, "%s %q was lost while the command ran (%s)", s.noun, s.name, s.why)
 			}
 			return commandResult(err)
 		}
@@ -354,6 +363,9 @@ type supervisor struct {
 	watchdog *time.Timer // SIGKILL just before valid
 	kill     *time.Timer // SIGKILL after SIGTERM
 	lost     bool        // SIGTERM sent: the lock is going or gone
+
+	why       string    // why it is going: the event's reason, or the deadline's
+	maxHoldAt time.Time // when the lease ends whatever happens (zero: uncapped)
 }
 
 func (s *supervisor) event(e client.Event) {
@@ -394,10 +406,21 @@ func (s *supervisor) stop(e client.Event, valid time.Time) {
 	if e.Kind == "expiring" {
 		what, why = "expiring", "renewals keep failing"
 	}
+	s.why = why
 	fmt.Fprintf(s.stderr, "sidelock exec: %s %q %s (%s); stopping the command, valid until %s\n",
 		s.noun, s.name, what, why, valid.Format(time.RFC3339Nano))
 	s.group.signal(syscall.SIGTERM)
 	s.kill = time.NewTimer(min(s.grace, time.Until(valid.Add(-killLead))))
+}
+
+// deadlineReason is why the command must be dead by the last valid_until
+// heard of: the lease's max_hold when that is what capped it (the words
+// `sidelock lock` uses), else renewals that never came.
+func (s *supervisor) deadlineReason() string {
+	if !s.maxHoldAt.IsZero() && !s.valid.Before(s.maxHoldAt) {
+		return "reached its max_hold (" + s.maxHoldAt.Format(time.RFC3339Nano) + ")"
+	}
+	return "not renewed by its valid_until"
 }
 
 func (s *supervisor) killC() <-chan time.Time {

@@ -12,9 +12,10 @@ import (
 
 // lockOptions are the flags and argument of `sidelock lock`.
 type lockOptions struct {
-	sidecar sidecarFlags
-	opts    client.Options
-	name    string
+	sidecar  sidecarFlags
+	opts     client.Options
+	conflict int // the exit code of a lock held by another
+	name     string
 }
 
 func parseLock(args []string, getenv func(string) string, stdout io.Writer) (lockOptions, error) {
@@ -22,7 +23,11 @@ func parseLock(args []string, getenv func(string) string, stdout io.Writer) (loc
 	fs := newFlags("lock")
 	o.sidecar.addAPI(fs, getenv)
 	addAcquireFlags(fs, &o.opts)
+	addConflictFlag(fs, &o.conflict)
 	if err := parseFlags(fs, "lock", args, stdout); err != nil {
+		return o, err
+	}
+	if err := checkConflictCode("lock", o.conflict); err != nil {
 		return o, err
 	}
 	if fs.NArg() != 1 {
@@ -47,7 +52,7 @@ func runLock(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	held, err := o.sidecar.client(getenv).Hold(ctx, o.name, o.opts)
 	if err != nil {
-		return acquireFailed(ctx, "lock", o.name, o.opts, o.sidecar.api, err)
+		return withConflictCode(acquireFailed(ctx, "lock", o.name, o.opts, o.sidecar.api, err), o.conflict)
 	}
 	defer held.Release()
 	if err := json.NewEncoder(stdout).Encode(held.Lease); err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 )
 
@@ -51,7 +52,14 @@ func exitStatus(err error, stderr io.Writer) int {
 		err = ec.err
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "sidelock: %v\n", err)
+		fmt.Fprintf(stderr, "sidelock: %s\n", withoutInnerPrefix(err.Error()))
 	}
 	return code
+}
+
+// withoutInnerPrefix drops the "sidelock: " that pkg/client's errors begin
+// with (as a library's errors should) where the CLI wraps one in a message
+// of its own, so that a line says "sidelock:" once.
+func withoutInnerPrefix(msg string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(msg, "sidelock: "), ": sidelock: ", ": ")
 }

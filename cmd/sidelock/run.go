@@ -123,9 +123,9 @@ func colourful(w io.Writer, getenv func(string) string) bool {
 
 func printQuickStart(w io.Writer, apiAddr string) {
 	base := "http://" + apiAddr
-	fmt.Fprintf(w, "sidelock dev mode: 3 in-memory masters, lock API on %s. Try:\n", base)
-	fmt.Fprintf(w, "  curl -s -X POST '%s/locks/demo?ttl=30s'\n", base)
-	fmt.Fprintf(w, "  curl -i -X DELETE -H 'Lock-Token: <token from above>' %s/locks/demo\n", base)
+	fmt.Fprintf(w, "sidelock dev mode: 3 in-memory masters, lock API on %s. Try (the README walks further):\n", base)
+	fmt.Fprintf(w, "  token=$(curl -s -X POST '%s/locks/demo?ttl=30s' | sed -E 's/.*\"token\":\"([0-9a-f]+)\".*/\\1/'); echo \"$token\"\n", base)
+	fmt.Fprintf(w, "  curl -i -X DELETE -H \"Lock-Token: $token\" %s/locks/demo\n", base)
 }
 
 // redisLogger sends go-redis's own messages (failed dials, pool events) to

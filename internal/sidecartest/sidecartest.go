@@ -141,11 +141,7 @@ func (p *Process) Launch(env []string) error {
 		return p.launchOnce(env, os.O_APPEND)
 	}
 	for attempt := 1; ; attempt++ {
-		api, err := freeAddrOn(loopback)
-		if err != nil {
-			return err
-		}
-		admin, err := freeAddrOn(loopback)
+		api, admin, err := freeAddrPairOn(loopback)
 		if err != nil {
 			return err
 		}
@@ -286,6 +282,24 @@ func FreeAddrOn(t testing.TB, host string) string {
 		t.Fatal(err)
 	}
 	return addr
+}
+
+// freeAddrPairOn is two distinct free addresses: both listeners are open at
+// once, so the kernel cannot hand out one port twice (picked one after the
+// other, the API and the admin listener got the same port now and then,
+// which the sidecar refuses at start).
+func freeAddrPairOn(host string) (string, string, error) {
+	first, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", "", err
+	}
+	defer func() { _ = first.Close() }()
+	second, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", "", err
+	}
+	defer func() { _ = second.Close() }()
+	return first.Addr().String(), second.Addr().String(), nil
 }
 
 func freeAddrOn(host string) (string, error) {

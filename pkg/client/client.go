@@ -71,6 +71,9 @@ type Lease struct {
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	ValidUntil     time.Time `json:"valid_until"`
 	Fence          int64     `json:"fence"`
+	// MaxHoldAt is when the lease ends whatever the caller does (its
+	// max_hold); zero when uncapped.
+	MaxHoldAt time.Time `json:"max_hold_at"`
 	// Permits and Slot are a semaphore permit's: the semaphore's number of
 	// permits and which of its slots (1..Permits) this lease holds. The
 	// fence orders the holders of one slot only.

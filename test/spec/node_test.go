@@ -16,9 +16,10 @@ var jsDir = filepath.Join(".", "js")
 // stream for about 8 s.
 const nodeTimeout = 3 * time.Minute
 
-// runNode runs `node --test` on js/*.test.mjs with SIDELOCK_URL set to
-// the lock API to use. Its dependencies come from `npm ci` (make spec-test);
-// without them the test fails and says so.
+// runNode runs `node --test` on js/*.test.mjs, and on the TypeScript
+// programs tsc compiled into js/gen/ (make spec-types), with SIDELOCK_URL
+// set to the lock API to use. Its dependencies come from `npm ci` (make
+// spec-test); without them the test fails and says so.
 func runNode(t *testing.T, url string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
@@ -30,9 +31,15 @@ func runNode(t *testing.T, url string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), nodeTimeout)
 	defer cancel()
-	tests, _ := filepath.Glob(filepath.Join(jsDir, "*.test.mjs"))
-	for i := range tests {
-		tests[i] = filepath.Base(tests[i])
+	written, _ := filepath.Glob(filepath.Join(jsDir, "*.test.mjs"))
+	compiled, _ := filepath.Glob(filepath.Join(jsDir, "gen", "*.test.mjs"))
+	if len(compiled) == 0 {
+		t.Fatal("test/spec/js/gen/typed.test.mjs is missing: run `make spec-types` (tsc compiles typed.test.mts)")
+	}
+	var tests []string
+	for _, f := range append(written, compiled...) {
+		rel, _ := filepath.Rel(jsDir, f)
+		tests = append(tests, rel)
 	}
 	cmd := exec.CommandContext(ctx, node, append([]string{"--test"}, tests...)...)
 	cmd.Dir = jsDir

@@ -82,3 +82,66 @@ def events(*lines: str) -> bytes:
 def problem(code: str, status: int, **extra: object) -> Answer:
     """A problem details answer."""
     return Answer(status, "application/problem+json", json.dumps({"code": code, "status": status, **extra}).encode())
+
+
+class KeepAliveServer:
+    """Answers every request 200 with a JSON status over HTTP/1.1 kept-alive
+    connections, counting the connections it accepted; close_idle() ends
+    every connection between two requests, as a sidecar's idle timeout does."""
+
+    BODY = json.dumps({"name": "x", "held": False}).encode()
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.requests = 0
+        self._mu = threading.Lock()
+        self._open: List[object] = []
+        script = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                with script._mu:
+                    script.connections += 1
+                    script._open.append(self.connection)
+
+            def do_GET(self) -> None:
+                with script._mu:
+                    script.requests += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(script.BODY)))
+                self.end_headers()
+                self.wfile.write(script.BODY)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = False
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.01,))
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def close_idle(self) -> None:
+        with self._mu:
+            conns, self._open = self._open, []
+        for conn in conns:
+            try:
+                conn.shutdown(2)  # type: ignore[attr-defined]
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.close_idle()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

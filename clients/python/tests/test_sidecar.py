@@ -24,6 +24,7 @@ def unique(prefix: str) -> str:
 class SidecarTest(unittest.TestCase):
     def setUp(self) -> None:
         self.client = Client(timeout=10)
+        self.addCleanup(self.client.close)
 
     def test_acquire_inspect_extend_release(self) -> None:
         c, name = self.client, unique("basic")

@@ -8,12 +8,14 @@ import os
 import socket
 import threading
 import urllib.parse
-from typing import Callable, Dict, Iterable, Optional, Tuple, Union
+from types import TracebackType
+from typing import Callable, Dict, Iterable, Optional, Tuple, Type, Union
 
 from .errors import LockHeld, SidelockError, Unreachable, error_for
 from .keep import HeartbeatLock, HeldLock, KeptLock
 from .models import Lease, LockSetStatus, Mode, RWLockStatus, SemaphoreStatus, Status
 from .times import Duration, go_duration, seconds
+from .transport import ConnectionPool
 from .watch import Watch
 
 #: Where the sidecar's lock API listens in a pod.
@@ -62,13 +64,9 @@ def escape_name(name: str) -> str:
     return "/".join(urllib.parse.quote(s, safe="") for s in name.split("/"))
 
 
-class Client:
-    """A client of one sidecar.
-
-    ``base_url`` defaults to $SIDELOCK_ADDR, else http://127.0.0.1:7420;
-    ``api_token`` to $SIDELOCK_API_TOKEN (sent only when set). ``timeout``
-    bounds each request, in seconds, on top of the ``wait`` it asks for.
-    """
+class Base:
+    """What both clients share: where the sidecar is, its API token, the
+    request timeout, and how a request is addressed."""
 
     def __init__(self, base_url: Optional[str] = None, *, api_token: Optional[str] = None,
                  timeout: float = 10.0) -> None:
@@ -78,6 +76,47 @@ class Client:
         self._url = url
         self._api_token = api_token if api_token is not None else os.environ.get("SIDELOCK_API_TOKEN") or None
         self.timeout = timeout
+
+    def _wait_budget(self, wait: Optional[Duration]) -> float:
+        """The request timeout of an acquire that may wait."""
+        return self.timeout + (seconds(wait) if wait is not None else 0.0)
+
+    def _target(self, path: str, query: Dict[str, str]) -> str:
+        target = self._url.path + path
+        return target + "?" + urllib.parse.urlencode(query) if query else target
+
+    def _headers(self, extra: Dict[str, str]) -> Dict[str, str]:
+        headers = dict(extra)
+        if self._api_token:
+            headers["Authorization"] = "Bearer " + self._api_token
+        return headers
+
+
+class Client(Base):
+    """A client of one sidecar; blocking, safe to share between threads.
+
+    ``base_url`` defaults to $SIDELOCK_ADDR, else http://127.0.0.1:7420;
+    ``api_token`` to $SIDELOCK_API_TOKEN (sent only when set). ``timeout``
+    bounds each request, in seconds, on top of the ``wait`` it asks for.
+    Requests reuse kept-alive connections (transport.py); close() (or
+    leaving a ``with Client() as client`` block) closes the idle ones.
+    """
+
+    def __init__(self, base_url: Optional[str] = None, *, api_token: Optional[str] = None,
+                 timeout: float = 10.0) -> None:
+        super().__init__(base_url, api_token=api_token, timeout=timeout)
+        self._pool = ConnectionPool(self._url)
+
+    def close(self) -> None:
+        """Close the kept-alive connections; the client may still be used."""
+        self._pool.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.close()
 
     # The lock API, one request each.
 
@@ -315,40 +354,18 @@ class Client:
 
     # HTTP.
 
-    def _wait_budget(self, wait: Optional[Duration]) -> float:
-        """The request timeout of an acquire that may wait."""
-        return self.timeout + (seconds(wait) if wait is not None else 0.0)
-
-    def _connection(self, timeout: float) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self._url.scheme == "https" else http.client.HTTPConnection
-        return cls(self._url.hostname or "", self._url.port, timeout=timeout)
-
-    def _target(self, path: str, query: Dict[str, str]) -> str:
-        target = self._url.path + path
-        return target + "?" + urllib.parse.urlencode(query) if query else target
-
-    def _headers(self, extra: Dict[str, str]) -> Dict[str, str]:
-        headers = dict(extra)
-        if self._api_token:
-            headers["Authorization"] = "Bearer " + self._api_token
-        return headers
-
     def _call(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str],
               timeout: Optional[float] = None) -> Tuple[int, bytes]:
-        """One request on a fresh connection; a non-2xx answer raises its
-        typed error."""
-        conn = self._connection(timeout if timeout is not None else self.timeout)
+        """One request on a kept-alive connection; a non-2xx answer raises
+        its typed error."""
         try:
-            conn.request(method, self._target(path, query), headers=self._headers(headers))
-            res = conn.getresponse()
-            body = res.read()
+            status, body = self._pool.request(method, self._target(path, query), self._headers(headers),
+                                              timeout if timeout is not None else self.timeout)
         except (OSError, http.client.HTTPException) as e:
             raise Unreachable("unreachable", 0, f"{method} {path}: {e}") from e
-        finally:
-            conn.close()
-        if res.status >= 300:
-            raise problem_error(res.status, body)
-        return res.status, body
+        if status >= 300:
+            raise problem_error(status, body)
+        return status, body
 
     def _open_stream(self, path: str, query: Dict[str, str], headers: Dict[str, str],
                      timeout: float) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, socket.socket]:
@@ -356,7 +373,7 @@ class Client:
         event stream, left open for reading; with its socket, whose
         timeout the reader moves."""
         method = "POST" if query.get("hold") == "true" else "GET"
-        conn = self._connection(timeout)
+        conn = self._pool.connect(timeout)
         try:
             conn.request(method, self._target(path, query), headers=self._headers(headers))
             sock = conn.sock  # before getresponse, which may hand it to the response

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, Optional, Tuple, Typ
 from .errors import LeaseGone, SidelockError, Unreachable
 from .models import Lease, SetLock
 from .sse import Event, read_events
-from .times import now, parse_time, seconds
+from .times import Duration, now, parse_time, seconds
 
 if TYPE_CHECKING:
     from .client import Client
@@ -34,7 +34,130 @@ def expiry_reason(lease: Lease) -> str:
     return "expired"
 
 
-class KeptLock:
+def seconds_left(lease: Lease) -> float:
+    """How long the lease's valid_until is away (negative once passed)."""
+    return (lease.valid_until - now()).total_seconds()
+
+
+def heartbeat_interval(lease: Lease) -> float:
+    """The pause before the next heartbeat: a third of the shorter of the
+    ttl and the validity, so two heartbeats can fail before either runs out."""
+    return max(min(seconds(lease.ttl), seconds_left(lease)) / 3, MIN_HEARTBEAT)
+
+
+def retry_delay(last: float, left: float) -> float:
+    """The pause after a heartbeat that failed: sooner, until valid_until."""
+    return max(min(last, left / 3), MIN_HEARTBEAT)
+
+
+class Beats:
+    """The heartbeats of one lease, decided here for the blocking and the
+    asyncio keepers alike: ``pause`` before the next one; ``due()`` the
+    timeout it has (None once valid_until passed: ``lost`` says why); then
+    ``renewed(lease)`` or ``failed(error)`` (a reason when it is lost)."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.pause = heartbeat_interval(lease)
+        self.lost: Optional[str] = None
+        self._left = 0.0
+
+    def due(self) -> Optional[float]:
+        self._left = seconds_left(self.lease)
+        if self._left <= 0:
+            self.lost = expiry_reason(self.lease)
+            return None
+        return self._left
+
+    def renewed(self, lease: Lease) -> None:
+        self.lease, self.pause = lease, heartbeat_interval(lease)
+
+    def failed(self, error: SidelockError) -> Optional[str]:
+        if isinstance(error, LeaseGone):
+            return "lease_gone"
+        self.pause = retry_delay(self.pause, self._left)  # sooner, until valid_until
+        return None
+
+
+def held_event(lease: Lease, event: Event) -> Tuple[Lease, Optional[str]]:
+    """What one event of a held stream does to its lease: the lease with a
+    renewed valid_until, and the reason it was lost (None while held)."""
+    data = json.loads(event.data)
+    if event.event in ("renewed", "expiring"):
+        return dataclasses.replace(lease, valid_until=parse_time(data["valid_until"])), None
+    if event.event in ("lost", "released"):
+        return lease, data.get("reason") or event.event
+    return lease, None
+
+
+def first_lease(event: Optional[Event]) -> Lease:
+    """The lease a held stream opens with (its "acquired" event)."""
+    if event is None or event.event != "acquired":
+        raise Unreachable("unexpected_answer", 200, f"the held stream opened with {event!r}, not acquired")
+    return Lease.from_json(json.loads(event.data))
+
+
+class LeaseView:
+    """A kept lock's fields, read from its latest lease (the blocking and the
+    asyncio keepers share them)."""
+
+    lost_reason: Optional[str] = None
+
+    @property
+    def lease(self) -> Lease:
+        """The latest lease: its valid_until moves with each renewal."""
+        raise NotImplementedError
+
+    @property
+    def name(self) -> str:
+        return self.lease.name
+
+    @property
+    def token(self) -> str:
+        return self.lease.token
+
+    @property
+    def fence(self) -> int:
+        """The grant's fencing token (docs/fencing.md): pass it along."""
+        return self.lease.fence
+
+    @property
+    def permits(self) -> Optional[int]:
+        """A semaphore's N (None for a lock)."""
+        return self.lease.permits
+
+    @property
+    def slot(self) -> Optional[int]:
+        """Which of a semaphore's N slots this permit holds, or which reader
+        slot a read/write lock's reader holds (None for a lock)."""
+        return self.lease.slot
+
+    @property
+    def mode(self) -> Optional[str]:
+        """A read/write lock's side: "shared" or "exclusive" (None else)."""
+        return self.lease.mode
+
+    @property
+    def locks(self) -> Tuple[SetLock, ...]:
+        """A lock set's locks, in canonical order, each with its own fence
+        (empty for anything else)."""
+        return self.lease.locks
+
+    @property
+    def valid_until(self) -> datetime:
+        """Act on the lock only before this instant (UTC)."""
+        return self.lease.valid_until
+
+    def valid(self) -> bool:
+        """True while the lock is held and its valid_until has not passed."""
+        return not self._ended() and now() < self.valid_until
+
+    def _ended(self) -> bool:
+        """Lost or released."""
+        raise NotImplementedError
+
+
+class KeptLock(LeaseView):
     """A lock kept alive until released; a context manager.
 
     ``valid()`` is the check to make before acting: the lock was not lost
@@ -44,11 +167,11 @@ class KeptLock:
     "released" by someone else), a heartbeat was refused ("lease_gone"),
     the held stream broke ("disconnected"), or ``valid_until`` passed
     without a renewal ("expired", or "max_hold" when that capped it).
-    ``lost_reason`` says which. Releasing sets neither. A semaphore's
-    permit is one too, with its ``permits`` and ``slot``; so is a
-    read/write lock's read or write, with its ``mode`` (and a reader's
-    ``slot``), and a lock set, with its ``locks`` (it is lost as a whole
-    when any of them ends).
+    ``lost_reason`` says which. Releasing sets neither. ``extend()``
+    pushes the lease out at once. A semaphore's permit is one too, with
+    its ``permits`` and ``slot``; so is a read/write lock's read or write,
+    with its ``mode`` (and a reader's ``slot``), and a lock set, with its
+    ``locks`` (it is lost as a whole when any of them ends).
     """
 
     def __init__(self, client: "Client", path: str, lease: Lease, on_lost: Optional[Callable[[str], None]]) -> None:
@@ -67,53 +190,24 @@ class KeptLock:
         with self._mu:
             return self._lease
 
-    @property
-    def name(self) -> str:
-        return self._lease.name
-
-    @property
-    def token(self) -> str:
-        return self._lease.token
-
-    @property
-    def fence(self) -> int:
-        """The grant's fencing token (docs/fencing.md): pass it along."""
-        return self._lease.fence
-
-    @property
-    def permits(self) -> Optional[int]:
-        """A semaphore's N (None for a lock)."""
-        return self._lease.permits
-
-    @property
-    def slot(self) -> Optional[int]:
-        """Which of a semaphore's N slots this permit holds, or which reader
-        slot a read/write lock's reader holds (None for a lock)."""
-        return self._lease.slot
-
-    @property
-    def mode(self) -> Optional[str]:
-        """A read/write lock's side: "shared" or "exclusive" (None else)."""
-        return self._lease.mode
-
-    @property
-    def locks(self) -> Tuple[SetLock, ...]:
-        """A lock set's locks, in canonical order, each with its own fence
-        (empty for anything else)."""
-        return self._lease.locks
-
-    @property
-    def valid_until(self) -> datetime:
-        """Act on the lock only before this instant (UTC)."""
-        return self.lease.valid_until
-
-    def valid(self) -> bool:
-        """True while the lock is held and its valid_until has not passed."""
-        return not self.lost.is_set() and not self._released.is_set() and now() < self.valid_until
+    def _ended(self) -> bool:
+        return self.lost.is_set() or self._released.is_set()
 
     def release(self) -> None:
         """Give the lock up (once; later calls do nothing)."""
         raise NotImplementedError
+
+    def extend(self, ttl: Optional[Duration] = None) -> Lease:
+        """Push the lease out now (with a new ``ttl`` when given) and return
+        the fresh lease; later heartbeats keep that ttl. Raises LeaseGone,
+        and marks the lock lost, once the token no longer holds it."""
+        try:
+            lease = self._client._extend(self._path, self.token, ttl=ttl)
+        except LeaseGone:
+            self._mark_lost("lease_gone")
+            raise
+        self._set_lease(lease)
+        return lease
 
     def _set_lease(self, lease: Lease) -> None:
         with self._mu:
@@ -158,28 +252,21 @@ class HeartbeatLock(KeptLock):
         except LeaseGone:
             pass  # it had ended already: nothing to give up
 
-    def _interval(self) -> float:
-        lease = self.lease
-        validity = (lease.valid_until - now()).total_seconds()
-        return max(min(seconds(lease.ttl), validity) / 3, MIN_HEARTBEAT)
-
     def _beat(self) -> None:
-        delay = self._interval()
-        while not self._stop.wait(delay):
-            left = (self.valid_until - now()).total_seconds()
-            if left <= 0:
-                self._mark_lost(expiry_reason(self.lease))
-                return
+        beats = Beats(self.lease)
+        while not self._stop.wait(beats.pause):
+            timeout = beats.due()
+            if timeout is None:
+                return self._mark_lost(beats.lost or "expired")
             try:
-                lease = self._client._extend(self._path, self.token, timeout=left)
-            except LeaseGone:
-                self._mark_lost("lease_gone")
-                return
-            except SidelockError:
-                delay = max(min(delay, left / 3), MIN_HEARTBEAT)  # retry sooner, until valid_until
+                lease = self._client._extend(self._path, self.token, timeout=timeout)
+            except SidelockError as e:
+                lost = beats.failed(e)
+                if lost:
+                    return self._mark_lost(lost)
                 continue
             self._set_lease(lease)
-            delay = self._interval()
+            beats.renewed(lease)
 
 
 class HeldLock(KeptLock):
@@ -197,10 +284,7 @@ class HeldLock(KeptLock):
         self._conn, self._res, self._sock = client._open_stream(path, query, {}, budget)
         try:
             self._events: Iterator[Event] = read_events(self._readline)
-            first = next(self._events, None)
-            if first is None or first.event != "acquired":
-                raise Unreachable("unexpected_answer", 200, f"the held stream opened with {first!r}, not acquired")
-            lease = Lease.from_json(json.loads(first.data))
+            lease = first_lease(next(self._events, None))
         except (OSError, ValueError, http.client.HTTPException) as e:
             self._close()
             raise Unreachable("unreachable", 0, f"reading the held stream: {e}") from e
@@ -232,14 +316,12 @@ class HeldLock(KeptLock):
     def _read(self) -> None:
         try:
             for event in self._events:
-                data = json.loads(event.data)
-                if event.event in ("renewed", "expiring"):
-                    valid_until = parse_time(data["valid_until"])
-                    self._set_lease(dataclasses.replace(self.lease, valid_until=valid_until))
-                    self._deadline = valid_until
-                elif event.event in ("lost", "released"):
-                    self._mark_lost(data.get("reason") or event.event)
+                lease, lost = held_event(self.lease, event)
+                if lost is not None:
+                    self._mark_lost(lost)
                     return
+                self._set_lease(lease)
+                self._deadline = lease.valid_until
             self._mark_lost("disconnected")
         except socket.timeout:
             self._mark_lost(expiry_reason(self.lease))
