@@ -50,3 +50,4 @@ clients-tools:
 	$(call need-deb,curl,curl)
 
 TEST_MORE += clients-test
+TEST_TOOLS += clients-tools

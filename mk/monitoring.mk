@@ -13,6 +13,7 @@ monitoring-test: promtool
 	promtool test rules $(ALERT_TESTS)
 
 TEST_MORE += monitoring-test
+TEST_TOOLS += promtool
 
 # promtool: Debian's prometheus package ships it (bookworm: 2.42, ~7 s to install). Building it from
 # the module proxy instead takes minutes on 2 cores (the prometheus module and its dependencies).

@@ -38,7 +38,7 @@ comma := ,
 space := $(subst ,, )
 
 .PHONY: release release-bin release-chart release-clients release-verify release-install-test release-image \
-	image-test release-tools clients-dist-test install-test helm version
+	image-test image-test-tools release-tools clients-dist-test clients-dist-tools install-test helm version
 
 ## version: write VERSION=vX.Y.Z into VERSION and every copy of it (the chart's version and appVersion,
 ## both clients, the docs); `make test` fails while one disagrees (tools/release, TestVersionsAgree).
@@ -115,6 +115,11 @@ clients-dist-test: redis-server clients-tools
 	$(MAKE) --no-print-directory install-test PACKAGES=$(CLIENTS_TEST_DIST)
 
 TEST_MORE += clients-dist-test
+TEST_TOOLS += clients-dist-tools
+
+# clients-dist-tools installs what install-test needs (Debian's python3-venv) when missing.
+clients-dist-tools:
+	$(call need-deb,/usr/share/doc/python3-venv,python3-venv)
 
 # install-test: TestInstalledPackages on PACKAGES (a dir with the sdist, the wheel and the npm
 # tarball), over 3 real masters and SIDELOCK_BIN (default: built from the tree).
@@ -144,12 +149,16 @@ release-tools:
 IMAGE_TEST_DIST := $(DIST)/image-test
 # image-test takes ~20 s with a warm Go cache (~5.5 min cold), so it runs in make test.
 TEST_MORE += image-test
+TEST_TOOLS += image-test-tools
+
+# image-test-tools installs Debian's runc (and the image's CA certificates) when missing.
+image-test-tools: release-tools
+	$(call need-deb,runc,runc)
 
 ## image-test: the image of this machine's platform built as in `make release`, run as a real
 ## container with runc (installed from Debian when missing) over 3 real masters: /healthz, /readyz,
 ## a lock from outside, uid 65532, read-only root, exit 0 on SIGTERM (test/container).
-image-test: redis-server
-	$(call need-deb,runc,runc)
+image-test: redis-server image-test-tools
 	$(MAKE) --no-print-directory release-image DIST=$(IMAGE_TEST_DIST) RELEASE_PLATFORMS= IMAGE_PLATFORMS=linux/$(RELEASE_HOST_ARCH)
 	cd $(TOOLS) && $(GO) test -count=1 ./imagebuild
 	cd test/container && SIDELOCK_IMAGE_TEST=$(CURDIR)/$(IMAGE_TEST_DIST)/oci SIDELOCK_IMAGE_REF=$(VERSION) \

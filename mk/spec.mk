@@ -41,3 +41,4 @@ spec-tools:
 	$(call need-deb,npm,npm)
 
 TEST_MORE += spec-test
+TEST_TOOLS += $(SPEC_NPM_STAMP)

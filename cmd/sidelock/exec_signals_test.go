@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -162,6 +163,37 @@ func stillRunning(pids []int) string {
 	return strings.Join(running, ", ")
 }
 
+// When renewals keep failing, exec hears "expiring" before the lock's
+// validity ends and stops the command: SIGTERM at once and, for what
+// ignores it (the command's grandchild), SIGKILL before valid_until, well
+// inside the default 10s grace. It exits 79. The key ttl leaves "expiring"
+// (a third of it before valid_until) a second ahead of exec's own watchdog
+// (100ms before): with a 1s ttl, a loaded machine once delivered it after
+// the watchdog had fired, and exec never said "expiring". The promise is
+// judged on the command's processes, never seen alive at or after
+// valid_until (exec's own exit comes later: it reaps and sweeps first).
+func TestE2EExecStopsTheCommandWhenTheLockIsLost(t *testing.T) {
+	masters := durableMasters(t, 3)
+	a := startSidecar(t, masters, "SIDELOCK_KEY_TTL=3s")
+	c, out, pids := startGroupCommand(t, a, "fragile")
+	alive := watchAlive(pids)
+	masters[0].Kill()
+	masters[1].Kill()
+	if code := exitCodeOf(t, c, 10*time.Second); code != exitLockLost {
+		t.Fatalf("exit %d, want %d: %s", code, exitLockLost, out())
+	}
+	text := out()
+	_, after, found := strings.Cut(text, "valid until ")
+	if !found || !strings.Contains(text, "expiring") {
+		t.Fatalf("no word of the expiring lock and its valid_until: %s", text)
+	}
+	valid, err := time.Parse(time.RFC3339Nano, strings.Fields(after)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive.wantDeadBy(t, valid)
+}
+
 // Issue 32: a stopped exec (SIGSTOP, a debugger) hears none of the lock's
 // events and cannot kill the command, while the sidecar still sees its
 // connection open. The guard keeps the deadline too: exec sent it every
@@ -181,29 +213,34 @@ func TestE2EStoppedExecStillHasTheCommandDeadByValidUntil(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Process.Signal(syscall.SIGCONT) })
-	died := whenDead(pids)
+	alive := watchAlive(pids)
 	for _, m := range masters[:2] {
 		m.Stop()
 		t.Cleanup(m.Cont)
 	}
 	valid := lastValidUntil(t, a, name, 10*time.Second)
 	select {
-	case at := <-died:
-		t.Logf("the command died %v before the valid_until %v the sidecar last published", valid.Sub(at).Round(time.Millisecond), valid.Format(time.RFC3339Nano))
-		if at.After(valid) {
-			t.Fatalf("the command died %v after the lock's valid_until", at.Sub(valid))
-		}
+	case <-alive.dead:
 	case <-time.After(time.Until(valid.Add(time.Second))):
 		t.Fatalf("the command still ran 1s after the lock's valid_until %v, exec stopped: %s", valid.Format(time.RFC3339Nano), out())
 	}
+	alive.wantDeadBy(t, valid)
 }
 
-// whenDead delivers the time by which every process of pids was dead
-// (gone, or a zombie), looked at every 2ms.
-func whenDead(pids []int) <-chan time.Time {
-	died := make(chan time.Time, 1)
+// liveness follows processes, every 2ms, until all are dead (gone, or
+// zombies).
+type liveness struct {
+	dead chan struct{} // closed once all are dead
+	mu   sync.Mutex
+	last time.Time // the latest look that found one alive began then
+}
+
+func watchAlive(pids []int) *liveness {
+	l := &liveness{dead: make(chan struct{})}
 	go func() {
+		defer close(l.dead)
 		for {
+			look := time.Now()
 			alive := false
 			for _, pid := range pids {
 				if _, state, ok := procGroupAndState(pid); ok && state != 'Z' && state != 'X' {
@@ -211,13 +248,35 @@ func whenDead(pids []int) <-chan time.Time {
 				}
 			}
 			if !alive {
-				died <- time.Now()
 				return
 			}
+			l.mu.Lock()
+			l.last = look
+			l.mu.Unlock()
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
-	return died
+	return l
+}
+
+// wantDeadBy waits until the processes are dead and fails the test if any
+// was seen alive at or after valid. A look that found one alive began
+// before it read /proc, so it proves the process ran at that time or
+// later; a starved test that looked late proves less, never too much.
+func (l *liveness) wantDeadBy(t *testing.T, valid time.Time) {
+	t.Helper()
+	select {
+	case <-l.dead:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command's processes still ran 10s later")
+	}
+	l.mu.Lock()
+	last := l.last
+	l.mu.Unlock()
+	if !last.Before(valid) {
+		t.Fatalf("the command was seen alive %v after the lock's valid_until %v", last.Sub(valid), valid.Format(time.RFC3339Nano))
+	}
+	t.Logf("last seen alive %v before valid_until", valid.Sub(last).Round(time.Millisecond))
 }
 
 // lastValidUntil follows the sidecar's own list of its leases (GET /locks,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sidelock/sidelock/internal/lease"
+	"github.com/sidelock/sidelock/internal/redistest"
 	"github.com/sidelock/sidelock/pkg/redlock"
 )
 
@@ -252,7 +253,7 @@ func (s slowRelease) Release(ctx context.Context, key, value string) error {
 // answer says it was released, and it is released once.
 func TestRealReleaseFinishesOnceBegunWhateverItsContext(t *testing.T) {
 	wrap := func(l lease.Locker) lease.Locker { return slowRelease{Locker: l, delay: 300 * time.Millisecond} }
-	f := newRealFixtureWith(t, 10*time.Second, 50*time.Millisecond, wrap, nil)
+	f := newRealFixtureWith(t, 10*time.Second, redistest.NodeTimeoutFor(10*time.Second), wrap, nil)
 	other := newRealFixtureOn(t, f, 10*time.Second)
 	bg := context.Background()
 	in, err := f.m.Acquire(bg, lease.Request{Name: "bye", TTL: time.Minute})

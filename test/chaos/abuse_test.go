@@ -132,12 +132,14 @@ func (st *abuseState) expectations(r *run, res result) []string {
 	// really are slow (in a cluster the masters run elsewhere).
 	workers := res.v.failuresOn[abused]["no_quorum"]
 	if n := burstNoQuorum + workers; n > 0 {
-		if mastersMissedByAll(r.c.sidecars, res) {
-			// The machine stalled for every process at once (every other
-			// sidecar missed a quorum of masters too): to the abused
-			// sidecar also the masters were out of reach, so no_quorum
-			// was the truth, not its own overload.
-			r.note("%d acquires on sidecar%d answered no_quorum while every other sidecar missed a quorum too (a machine-wide stall): not counted", n, abused)
+		if mastersMissedByOthers(r.c.sidecars, res) {
+			// The masters were slow for another sidecar too (the burst
+			// shares the machine's two cores with them): to the abused
+			// sidecar also they were out of reach, so no_quorum was the
+			// truth, not its own overload. The promise itself is judged
+			// with the masters on a CPU of their own, by test-load's
+			// TestBurstOfTryOnceIsOverloadNotNoQuorum.
+			r.note("%d acquires on sidecar%d answered no_quorum while another sidecar missed a quorum too (the masters were slow): not counted", n, abused)
 			return out
 		}
 		out = append(out, fmt.Sprintf("%d acquires on sidecar%d answered no_quorum while every master was healthy (%d of the bursts', %d of the workers'): overload must say 429 overloaded",
@@ -146,27 +148,27 @@ func (st *abuseState) expectations(r *run, res result) []string {
 	return out
 }
 
-// mastersMissedByAll tells whether every sidecar not under abuse missed a
+// mastersMissedByOthers tells whether a sidecar not under abuse missed a
 // quorum of masters as well: its health checks lost it, a lock call of its
 // own did not reach it in time (a release, a renewal), or one of its
-// workers' acquires answered no_quorum. The masters were then out of reach
-// for everyone, not only for the abused sidecar. (The health checks alone
-// no longer tell: a stall shorter than SIDELOCK_HEALTH_DOWN_AFTER calls no
-// master down.)
-func mastersMissedByAll(sidecars []*sidecarProc, res result) bool {
+// workers' acquires answered no_quorum. The masters were then slow, not
+// only to the abused sidecar. (The health checks alone no longer tell: a
+// stall shorter than SIDELOCK_HEALTH_DOWN_AFTER calls no master down; and
+// a sidecar that happened to make no call while the masters were slow
+// missed nothing.)
+func mastersMissedByOthers(sidecars []*sidecarProc, res result) bool {
 	for i, s := range sidecars {
 		if i == abused {
 			continue
 		}
 		log := s.logTail()
-		missed := strings.Contains(log, `"msg":"quorum changed","ready":false`) ||
+		if strings.Contains(log, `"msg":"quorum changed","ready":false`) ||
 			strings.Contains(log, "did not reach a quorum") || strings.Contains(log, "renewals keep failing") ||
-			res.v.failuresOn[i]["no_quorum"] > 0
-		if !missed {
-			return false
+			res.v.failuresOn[i]["no_quorum"] > 0 {
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // binaryHas reports whether the sidecar under test documents a setting

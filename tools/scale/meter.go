@@ -136,6 +136,7 @@ func (m *Master) commandCalls(ctx context.Context) (map[string]int64, error) {
 var scriptCommands = map[string]bool{
 	"set": true, "get": true, "pexpire": true, "pttl": true, "del": true, "publish": true, "time": true,
 	"zremrangebyscore": true, "zadd": true, "zrange": true, "pexpireat": true, "exists": true,
+	"hset": true, "hgetall": true, "hdel": true,
 }
 
 // ProcessTreeCPU is the CPU time of every thread of process pid.
