@@ -28,6 +28,9 @@ import (
 // sidelock-wait-4-sidecars is 4 callers on each of four sidecars, and the
 // longest wait of any caller is reported (issue 29: waiters of several pods
 // take turns by their marks on the masters).
+// http-floor-one-server is the same 16 callers on the thinnest HTTP server
+// that hands a lock over (handOffFloor): the platform's share of a
+// hand-off, in the same run.
 func BenchmarkContention16(b *testing.B) {
 	nodes := redisMasters(b, 3)
 	sidecars := []*httptest.Server{newSidecar(b, nodes)}
@@ -40,6 +43,9 @@ func BenchmarkContention16(b *testing.B) {
 		})
 	}
 	b.Run("sidelock-wait-one-sidecar", func(b *testing.B) { runContention(b, sidecars[:1], true) })
+	b.Run("http-floor-one-server", func(b *testing.B) {
+		runContention(b, []*httptest.Server{newHandOffFloor(b)}, true)
+	})
 	b.Run("sidelock-wait-4-sidecars", func(b *testing.B) { runContention(b, sidecars, true) })
 	b.Run("redsync", func(b *testing.B) { runRedsyncContention(b, redsyncFor(b, nodes)) })
 }
