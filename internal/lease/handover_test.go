@@ -420,6 +420,81 @@ func TestATryOnceOfAnotherSidecarRevokesALinger(t *testing.T) {
 	}
 }
 
+// A lock whose sidecar has heard of a waiter of another sidecar does not
+// linger when its last caller releases it: the keys go to that waiter, and
+// a caller of the same sidecar that asks afterwards is refused, not granted
+// at once from a linger ahead of the older mark.
+func TestALockWantedElsewhereDoesNotLinger(t *testing.T) {
+	f, _ := counted(t, 10*time.Second, func(cfg *lease.Config) { cfg.Linger = time.Second })
+	other, _ := sidecarOver(t, f, 10*time.Second, nil)
+	ctx := context.Background()
+	warmUp(t, f.m, "wanted") // taken again soon: it would linger
+	held, err := f.m.Acquire(ctx, lease.Request{Name: "wanted", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := make(chan struct{})
+	waited := make(chan error, 1)
+	go func() {
+		in, err := other.Acquire(ctx, lease.Request{Name: "wanted", TTL: 10 * time.Second, Wait: 8 * time.Second})
+		if err == nil {
+			<-checked // held until the other caller has tried
+			err = other.Release(ctx, "wanted", in.Token)
+		}
+		waited <- err
+	}()
+	eventually(t, 3*time.Second, "the holding sidecar heard of the other sidecar's waiter", func() bool {
+		return f.m.KnowsOfAWaiterElsewhere("wanted")
+	})
+	if err := f.m.Release(ctx, "wanted", held.Token); err != nil {
+		t.Fatal(err)
+	}
+	again, err := f.m.Acquire(ctx, lease.Request{Name: "wanted", TTL: 10 * time.Second})
+	close(checked)
+	if err == nil {
+		_ = f.m.Release(ctx, "wanted", again.Token)
+		t.Fatalf("a caller of the holding sidecar that asked after the other sidecar's waiter was granted first (fence %d after %d): the lock lingered", again.Fence, held.Fence)
+	}
+	if !errors.Is(err, lease.ErrLockHeld) {
+		t.Fatalf("the holding sidecar's next try-once: %v, want held", err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("the other sidecar's waiter: %v", err)
+	}
+}
+
+// A lingering lock is let go as soon as its holder note reads a mark of
+// another sidecar's waiter, even one whose "wanted" never reached this
+// sidecar (pub/sub drops messages over a broken connection): the mark is
+// left here on the masters directly, with no message, while the lock is
+// held, and the linger must end well before its time.
+func TestALingerEndsOnAMarkItsNoteReads(t *testing.T) {
+	const linger = 3 * time.Second
+	f, _ := counted(t, 30*time.Second, func(cfg *lease.Config) { cfg.Linger = linger })
+	ctx := context.Background()
+	warmUp(t, f.m, "noted") // taken again soon: it lingers
+	held, err := f.m.Acquire(ctx, lease.Request{Name: "noted", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrival := time.Now().UnixMicro()
+	for _, c := range f.raw {
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mark := fmt.Sprintf("%d %d", arrival, now.Add(10*time.Second).UnixMilli())
+		if err := c.HSet(ctx, "t:noted#q", "another-sidecar", mark).Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.PExpire(ctx, "t:noted#q", 10*time.Second)
+	}
+	if err := f.m.Release(ctx, "noted", held.Token); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, linger/2, "the lingering keys let go once the note read the mark", func() bool { return !f.heldOnMasters(t, "noted") })
+}
+
 // A release answers once the lease has ended on the sidecar; the keys are
 // released on the masters in the background, and an acquire of the same
 // name on the same sidecar meanwhile waits for that release instead of
