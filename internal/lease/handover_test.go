@@ -321,6 +321,34 @@ func TestNoGrantWithoutARoundOnceTheKeysValidityPassed(t *testing.T) {
 	}
 }
 
+// Nor does a sidecar whose lingering keys' validity has passed (it was
+// paused past it) grant them to its next caller: that caller goes to the
+// masters and gets a fence above the whole block.
+func TestNoLingerGrantOnceTheKeysValidityPassed(t *testing.T) {
+	f, c := counted(t, 10*time.Second, func(cfg *lease.Config) { cfg.FenceBlock, cfg.Linger = 8, time.Second })
+	ctx := context.Background()
+	warmUp(t, f.m, "paused") // taken again soon: it lingers
+	held, err := f.m.Acquire(ctx, lease.Request{Name: "paused", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Release(ctx, "paused", held.Token); err != nil {
+		t.Fatal(err)
+	}
+	if !f.heldOnMasters(t, "paused") {
+		t.Fatal("the lock did not linger")
+	}
+	takes := c.takes.Load()
+	f.m.PassKeysValidity("paused")
+	next, err := f.m.Acquire(ctx, lease.Request{Name: "paused", TTL: 10 * time.Second, Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Fence <= held.Fence+7 || c.takes.Load() == takes {
+		t.Fatalf("granted fence %d after %d (block of 8) with %d rounds: want a round and a fence above the block", next.Fence, held.Fence, c.takes.Load()-takes)
+	}
+}
+
 // warmUp takes and releases name once on m: a lock this sidecar took
 // again soon after letting it go lingers (tenure.go), one taken once does
 // not.
