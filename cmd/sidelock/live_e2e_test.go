@@ -230,4 +230,3 @@ func TestE2EExecExitCodes(t *testing.T) {
 		t.Errorf("usage: %d %s", code, out)
 	}
 }
-
