@@ -327,17 +327,7 @@ func TestNoGrantWithoutARoundOnceTheKeysValidityPassed(t *testing.T) {
 func TestNoLingerGrantOnceTheKeysValidityPassed(t *testing.T) {
 	f, c := counted(t, 10*time.Second, func(cfg *lease.Config) { cfg.FenceBlock, cfg.Linger = 8, time.Second })
 	ctx := context.Background()
-	warmUp(t, f.m, "paused") // taken again soon: it lingers
-	held, err := f.m.Acquire(ctx, lease.Request{Name: "paused", TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.m.Release(ctx, "paused", held.Token); err != nil {
-		t.Fatal(err)
-	}
-	if !f.heldOnMasters(t, "paused") {
-		t.Fatal("the lock did not linger")
-	}
+	held := lingering(t, f, "paused")
 	takes := c.takes.Load()
 	f.m.PassKeysValidity("paused")
 	next, err := f.m.Acquire(ctx, lease.Request{Name: "paused", TTL: 10 * time.Second, Wait: 5 * time.Second})
@@ -361,6 +351,27 @@ func warmUp(t *testing.T, m *lease.Manager, name string) {
 	if err := m.Release(context.Background(), name, in.Token); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// lingering takes name on f's sidecar, lets it go, takes it again soon
+// and releases it: the keys linger (f's Linger set). It returns that
+// second lease.
+func lingering(t *testing.T, f *realFixture, name string) lease.Info {
+	t.Helper()
+	ctx := context.Background()
+	warmUp(t, f.m, name)
+	eventually(t, time.Second, "a lock taken once released at once", func() bool { return !f.heldOnMasters(t, name) })
+	in, err := f.m.Acquire(ctx, lease.Request{Name: name, TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Release(ctx, name, in.Token); err != nil {
+		t.Fatal(err)
+	}
+	if !f.heldOnMasters(t, name) {
+		t.Fatal("the lock did not linger")
+	}
+	return in
 }
 
 // With a linger, the next caller of the same sidecar is granted at once
@@ -612,18 +623,7 @@ func TestAHeldLockCostsNoNote(t *testing.T) {
 func TestShutdownReleasesALinger(t *testing.T) {
 	f, _ := counted(t, 3*time.Second, func(cfg *lease.Config) { cfg.Linger = 300 * time.Millisecond })
 	ctx := context.Background()
-	warmUp(t, f.m, "bye")
-	eventually(t, time.Second, "released", func() bool { return !f.heldOnMasters(t, "bye") })
-	in, err := f.m.Acquire(ctx, lease.Request{Name: "bye", TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.m.Release(ctx, "bye", in.Token); err != nil {
-		t.Fatal(err)
-	}
-	if !f.heldOnMasters(t, "bye") {
-		t.Fatal("the lock did not linger")
-	}
+	lingering(t, f, "bye")
 	if err := f.m.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
