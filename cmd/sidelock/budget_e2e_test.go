@@ -206,8 +206,20 @@ func testBudgetE2E(t *testing.T, maxConns int) {
 		t.Errorf("only %d CLIENT LIST samples in %v", samples, loadTime)
 	}
 
-	// At rest, the metrics and the masters count the same connections.
-	final := masterSeries(t, s, "sidelock_master_")
+	// At rest, the metrics and the masters count the same connections. The
+	// sidecar is at rest once the releases it sends after answering DELETE
+	// (and the lingers' ends) are done: every call queued has been answered.
+	var final map[string]float64
+	eventually(t, 5*time.Second, "every queued call answered", func() bool {
+		final = masterSeries(t, s, "sidelock_master_")
+		for _, m := range masters {
+			label := `master="` + m.Addr() + `"`
+			if final["sidelock_master_calls_total{"+label+"}"] != final["sidelock_master_queue_wait_seconds_count{"+label+"}"] {
+				return false
+			}
+		}
+		return true
+	})
 	for i, m := range masters {
 		got := countSidecarConns(clientList(t, samplers[i]))
 		label := `master="` + m.Addr() + `"`

@@ -151,8 +151,11 @@ func TestE2EGroupMigrationKeepsOneHolder(t *testing.T) {
 		{migrating, newList, "migrating holds, new tries"},
 		{newList, migrating, "new holds, migrating tries"},
 	}
+	// DELETE answers before the masters hear the release (docs/api.md), so
+	// each next holder waits for the lock a moment, as a caller of another
+	// pod would; the rival's try-once meets a held lock.
 	for _, s := range steps {
-		code, body := s.holder.do(t, "POST", path, "")
+		code, body := s.holder.do(t, "POST", path+"?wait=5s", "")
 		if code != 200 {
 			t.Fatalf("%s: holder got %d %v", s.what, code, body)
 		}
@@ -168,7 +171,18 @@ func TestE2EGroupMigrationKeepsOneHolder(t *testing.T) {
 			t.Fatalf("%s: release %d", s.what, code)
 		}
 	}
-	// The migrating sidecar holds the name in both groups.
+	// The migrating sidecar holds the name in both groups: once the last
+	// release has reached every master, its grant writes all of them.
+	eventually(t, 5*time.Second, "the last release on every master", func() bool {
+		for _, g := range []string{"a", "c"} {
+			for _, m := range groups[g] {
+				if v, _ := keyOn(t, m, name); v != "" {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	tok := migrating.acquire(t, path)
 	for _, g := range []string{"a", "c"} {
 		held := 0

@@ -19,3 +19,12 @@ func (m *Manager) PassKeysValidity(name string) {
 // Channel is where the masters tell this Manager that another sidecar
 // wants one of its locks.
 func (m *Manager) Channel() string { return m.channel }
+
+// KnowsOfAWaiterElsewhere tells whether this sidecar's tenure of the lock
+// name knows of a waiter of another sidecar (its mark heard).
+func (m *Manager) KnowsOfAWaiterElsewhere(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.tenures[name]
+	return ok && t.remoteKnownLocked(time.Now())
+}

@@ -321,6 +321,24 @@ func TestNoGrantWithoutARoundOnceTheKeysValidityPassed(t *testing.T) {
 	}
 }
 
+// Nor does a sidecar whose lingering keys' validity has passed (it was
+// paused past it) grant them to its next caller: that caller goes to the
+// masters and gets a fence above the whole block.
+func TestNoLingerGrantOnceTheKeysValidityPassed(t *testing.T) {
+	f, c := counted(t, 10*time.Second, func(cfg *lease.Config) { cfg.FenceBlock, cfg.Linger = 8, time.Second })
+	ctx := context.Background()
+	held := lingering(t, f, "paused")
+	takes := c.takes.Load()
+	f.m.PassKeysValidity("paused")
+	next, err := f.m.Acquire(ctx, lease.Request{Name: "paused", TTL: 10 * time.Second, Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Fence <= held.Fence+7 || c.takes.Load() == takes {
+		t.Fatalf("granted fence %d after %d (block of 8) with %d rounds: want a round and a fence above the block", next.Fence, held.Fence, c.takes.Load()-takes)
+	}
+}
+
 // warmUp takes and releases name once on m: a lock this sidecar took
 // again soon after letting it go lingers (tenure.go), one taken once does
 // not.
@@ -333,6 +351,27 @@ func warmUp(t *testing.T, m *lease.Manager, name string) {
 	if err := m.Release(context.Background(), name, in.Token); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// lingering takes name on f's sidecar, lets it go, takes it again soon
+// and releases it: the keys linger (f's Linger set). It returns that
+// second lease.
+func lingering(t *testing.T, f *realFixture, name string) lease.Info {
+	t.Helper()
+	ctx := context.Background()
+	warmUp(t, f.m, name)
+	eventually(t, time.Second, "a lock taken once released at once", func() bool { return !f.heldOnMasters(t, name) })
+	in, err := f.m.Acquire(ctx, lease.Request{Name: name, TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Release(ctx, name, in.Token); err != nil {
+		t.Fatal(err)
+	}
+	if !f.heldOnMasters(t, name) {
+		t.Fatal("the lock did not linger")
+	}
+	return in
 }
 
 // With a linger, the next caller of the same sidecar is granted at once
@@ -418,6 +457,81 @@ func TestATryOnceOfAnotherSidecarRevokesALinger(t *testing.T) {
 		}
 		eventually(t, 2*time.Second, "free", func() bool { return !f.heldOnMasters(t, "rev") })
 	}
+}
+
+// A lock whose sidecar has heard of a waiter of another sidecar does not
+// linger when its last caller releases it: the keys go to that waiter, and
+// a caller of the same sidecar that asks afterwards is refused, not granted
+// at once from a linger ahead of the older mark.
+func TestALockWantedElsewhereDoesNotLinger(t *testing.T) {
+	f, _ := counted(t, 10*time.Second, func(cfg *lease.Config) { cfg.Linger = time.Second })
+	other, _ := sidecarOver(t, f, 10*time.Second, nil)
+	ctx := context.Background()
+	warmUp(t, f.m, "wanted") // taken again soon: it would linger
+	held, err := f.m.Acquire(ctx, lease.Request{Name: "wanted", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := make(chan struct{})
+	waited := make(chan error, 1)
+	go func() {
+		in, err := other.Acquire(ctx, lease.Request{Name: "wanted", TTL: 10 * time.Second, Wait: 8 * time.Second})
+		if err == nil {
+			<-checked // held until the other caller has tried
+			err = other.Release(ctx, "wanted", in.Token)
+		}
+		waited <- err
+	}()
+	eventually(t, 3*time.Second, "the holding sidecar heard of the other sidecar's waiter", func() bool {
+		return f.m.KnowsOfAWaiterElsewhere("wanted")
+	})
+	if err := f.m.Release(ctx, "wanted", held.Token); err != nil {
+		t.Fatal(err)
+	}
+	again, err := f.m.Acquire(ctx, lease.Request{Name: "wanted", TTL: 10 * time.Second})
+	close(checked)
+	if err == nil {
+		_ = f.m.Release(ctx, "wanted", again.Token)
+		t.Fatalf("a caller of the holding sidecar that asked after the other sidecar's waiter was granted first (fence %d after %d): the lock lingered", again.Fence, held.Fence)
+	}
+	if !errors.Is(err, lease.ErrLockHeld) {
+		t.Fatalf("the holding sidecar's next try-once: %v, want held", err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("the other sidecar's waiter: %v", err)
+	}
+}
+
+// A lingering lock is let go as soon as its holder note reads a mark of
+// another sidecar's waiter, even one whose "wanted" never reached this
+// sidecar (pub/sub drops messages over a broken connection): the mark is
+// left here on the masters directly, with no message, while the lock is
+// held, and the linger must end well before its time.
+func TestALingerEndsOnAMarkItsNoteReads(t *testing.T) {
+	const linger = 3 * time.Second
+	f, _ := counted(t, 30*time.Second, func(cfg *lease.Config) { cfg.Linger = linger })
+	ctx := context.Background()
+	warmUp(t, f.m, "noted") // taken again soon: it lingers
+	held, err := f.m.Acquire(ctx, lease.Request{Name: "noted", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrival := time.Now().UnixMicro()
+	for _, c := range f.raw {
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mark := fmt.Sprintf("%d %d", arrival, now.Add(10*time.Second).UnixMilli())
+		if err := c.HSet(ctx, "t:noted#q", "another-sidecar", mark).Err(); err != nil {
+			t.Fatal(err)
+		}
+		c.PExpire(ctx, "t:noted#q", 10*time.Second)
+	}
+	if err := f.m.Release(ctx, "noted", held.Token); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, linger/2, "the lingering keys let go once the note read the mark", func() bool { return !f.heldOnMasters(t, "noted") })
 }
 
 // A release answers once the lease has ended on the sidecar; the keys are
@@ -509,18 +623,7 @@ func TestAHeldLockCostsNoNote(t *testing.T) {
 func TestShutdownReleasesALinger(t *testing.T) {
 	f, _ := counted(t, 3*time.Second, func(cfg *lease.Config) { cfg.Linger = 300 * time.Millisecond })
 	ctx := context.Background()
-	warmUp(t, f.m, "bye")
-	eventually(t, time.Second, "released", func() bool { return !f.heldOnMasters(t, "bye") })
-	in, err := f.m.Acquire(ctx, lease.Request{Name: "bye", TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.m.Release(ctx, "bye", in.Token); err != nil {
-		t.Fatal(err)
-	}
-	if !f.heldOnMasters(t, "bye") {
-		t.Fatal("the lock did not linger")
-	}
+	lingering(t, f, "bye")
 	if err := f.m.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -83,6 +83,7 @@ func TestOracleFences(t *testing.T) {
 func TestOracleKeys(t *testing.T) {
 	w := synth()
 	g := grantOf(w, "A", "job", 0, time.Second, 10, 3*time.Second)
+	g.tenure = "x:A" // the value the masters hold for A's grant
 	g.releaseStart, g.releaseDone = at(w, 2*time.Second), at(w, 2*time.Second)
 	g.endAt, g.endHow = at(w, 2*time.Second), "release returned"
 	w.rec.keys = append(w.rec.keys,

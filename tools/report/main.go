@@ -76,6 +76,7 @@ var targets = []target{
 	{"sidecar process CPU per pair / redsync's client CPU per pair", ratio("CPUPerPair/masters=3/sidelock-process", "sidecar-cpu-µs/pair", "CPUPerPair/masters=3/redsync", "client-cpu-µs/pair"), true, 1, "×"},
 	{"16 callers of one sidecar on one lock, 1 ms holds: lock busy", figure(con("sidelock-wait-one-sidecar"), "%lock-busy"), false, 90, "%"},
 	{"  same: hand-off p50 / redsync's hand-off p50", ratio(con("sidelock-wait-one-sidecar"), "handoff-p50-µs", con("redsync"), "handoff-p50-µs"), true, 0.3, "×"},
+	{"  the bare HTTP hand-off's (no router, leases or masters), for scale: hand-off p50 / redsync's", ratio(con("http-floor-one-server"), "handoff-p50-µs", con("redsync"), "handoff-p50-µs"), true, noBound, "×"},
 	{"16 callers over 2 sidecars (8+8), 1 ms holds: lock busy", figure(con("sidelock-wait"), "%lock-busy"), false, 85, "%"},
 	{"  same: share of grants of the sidecar with fewer (45–55 % each)", figure(con("sidelock-wait"), "%grants-least-sidecar"), false, 45, "%"},
 	{"  same: waiters' p99 wait / redsync's", ratio(con("sidelock-wait"), "wait-p99-µs", con("redsync"), "wait-p99-µs"), true, 0.05, "×"},
