@@ -4,9 +4,10 @@
 -- in the same atomic step as the grant is what makes fences monotonic.
 -- The counter itself (0 when absent) is the second result; a caller that
 -- puts the floor last in a table wraps the call in parentheses, or Lua
--- would add the counter to the table too.
-local function fence_floor(fence_key)
-	local t = redis.call('TIME')
+-- would add the counter to the table too. A script that read TIME already
+-- passes its reply as t: one TIME per call, not two.
+local function fence_floor(fence_key, t)
+	t = t or redis.call('TIME')
 	local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 	local counter = tonumber(redis.call('GET', fence_key) or '0') or 0
 	if counter > now then

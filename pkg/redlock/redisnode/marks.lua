@@ -14,8 +14,9 @@
 -- a record is written with every take, and a SET costs a master less than
 -- a hash's three commands.
 
-local function server_ms()
-	local t = redis.call('TIME')
+-- server_ms is this server's clock in ms: of t, a TIME reply, or read now.
+local function server_ms(t)
+	t = t or redis.call('TIME')
 	return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 

@@ -1,6 +1,6 @@
 -- TakeTenure: take KEYS[1] for ARGV[1] (ttl ARGV[2] ms) under the mark rule,
 -- reserving a block of ARGV[6] fences, and write the holder record with a
--- committed fence (marks.lua, fence_floor.lua, take_key.lua prepended).
+-- committed fence (marks.lua and fence_floor.lua prepended).
 -- KEYS: key, fence counter, holder record, marks. ARGV: value, ttl, from
 -- (a key held by it counts as free: a hand-over; '' for none), fencing
 -- mode (0 none, 1 proposal, 2 at once), proposal (mode 1: the block's top;
@@ -19,15 +19,28 @@ local mode, proposal, block, retention = tonumber(ARGV[4]), tonumber(ARGV[5]), t
 local grant, owner, channel = ARGV[8], ARGV[9], ARGV[10]
 local sidecar, arrival, mark_ttl = ARGV[11], ARGV[12], tonumber(ARGV[13])
 
-local now = server_ms()
-local cur = redis.call('GET', key)
+-- One TIME for the marks and the fence floor.
+local clock = redis.call('TIME')
+local now = server_ms(clock)
+local oldest, oldest_sc, oldest_left, marked = marks_oldest(marks_key, sidecar, now)
+local behind = oldest and older(oldest, oldest_sc, arrival, sidecar)
+-- A plain take that no older mark holds back claims a free key in one
+-- command (the common case: an uncontended acquire); else, or when the key
+-- is there, it reads the key as below.
+local cur, claimed = nil, false
+if from == '' and not behind then
+	claimed = redis.call('SET', key, value, 'NX', 'PX', ttl) and true or false
+end
+if claimed then
+	cur = false
+else
+	cur = redis.call('GET', key)
+end
 -- A hand-over: the giver's key counts as free, but is replaced only once
 -- the taker may have it (a refusal leaves it to the giver to release).
-local handing = from ~= '' and cur == from
-if handing then
+if from ~= '' and cur == from then
 	cur = false
 end
-local oldest, oldest_sc, oldest_left, marked = marks_oldest(marks_key, sidecar, now)
 
 local function answer(acquired, pttl, fence, committed, prev, idle, idle_ttl, by_mark)
 	if not oldest then
@@ -60,8 +73,10 @@ if cur and cur ~= value then
 	return answer(0, pttl, 0, 0, 0, idle, idle_ttl, 0)
 end
 
-if not cur then
-	if oldest and older(oldest, oldest_sc, arrival, sidecar) then
+if claimed then
+	-- Taken above.
+elseif not cur then
+	if behind then
 		-- Free, but an older waiter of another sidecar is in line.
 		leave_mark()
 		return answer(0, oldest_left, 0, 0, 0, 0, 0, 1)
@@ -80,7 +95,7 @@ if mode == 0 then
 	record_put(holder_key, value, '0', grant, owner, 'held', '0', channel, '0', retention)
 	return answer(1, 0, 0, 0, 0, 0, 0, 0)
 end
-local floor, counter = fence_floor(fence_key)
+local floor, counter = fence_floor(fence_key, clock)
 if mode == 2 then
 	local first = floor
 	if proposal > first then
