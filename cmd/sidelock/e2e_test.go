@@ -221,7 +221,9 @@ func TestE2EAcquireConflictExtendRelease(t *testing.T) {
 	if code, _ := a.do(t, "DELETE", "/locks/orders/42", tok); code != 204 {
 		t.Fatalf("release: %d", code)
 	}
-	b.acquire(t, "/locks/orders/42")
+	// The release reaches the masters a round after the 204 (docs/api.md):
+	// another pod that takes over waits for it, as a caller of it would.
+	b.acquire(t, "/locks/orders/42?wait=5s")
 }
 
 // A lease with ttl=60s stays held past several key ttls while its caller
