@@ -75,6 +75,16 @@ func TestRealEndedContextTouchesNothing(t *testing.T) {
 	before := f.m.List()[0]
 	ended, cancel := context.WithCancel(bg)
 	cancel()
+	// The sidecar subscribes to its own channel at its first lock, in the
+	// background: let that land before counting what reaches the masters.
+	eventually(t, 5*time.Second, "the sidecar's channel subscribed on every master", func() bool {
+		for _, c := range f.raw {
+			if chans, err := c.PubSubChannels(bg, "*").Result(); err != nil || len(chans) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 
 	f.resetStats(t)
 	for _, req := range []lease.Request{{Name: "free"}, {Name: "free", Wait: time.Second}, {Name: "held", Wait: time.Second}} {
