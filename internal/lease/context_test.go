@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sidelock/sidelock/internal/ctxsleep"
 	"github.com/sidelock/sidelock/internal/lease"
 	"github.com/sidelock/sidelock/internal/redistest"
 	"github.com/sidelock/sidelock/pkg/redlock"
@@ -235,22 +236,14 @@ type slowRelease struct {
 }
 
 func (s slowRelease) ReleaseTenure(ctx context.Context, key, value string, mark redlock.WaiterMark, notify string) error {
-	t := time.NewTimer(s.delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+	if !ctxsleep.For(ctx, s.delay) {
 		return ctx.Err()
 	}
 	return s.Locker.ReleaseTenure(ctx, key, value, mark, notify)
 }
 
 func (s slowRelease) Release(ctx context.Context, key, value string) error {
-	t := time.NewTimer(s.delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+	if !ctxsleep.For(ctx, s.delay) {
 		return ctx.Err()
 	}
 	return s.Locker.Release(ctx, key, value)

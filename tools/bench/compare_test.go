@@ -281,12 +281,7 @@ func acquireMany(b *testing.B, n int, acquire func(i int) error) {
 	for range 32 {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				err := acquire(i)
-				for try := 0; errors.Is(err, lease.ErrOverloaded) && try < overloadTries; try++ {
-					time.Sleep(overloadBackoff)
-					err = acquire(i)
-				}
-				if err != nil {
+				if err := retryOn(lease.ErrOverloaded, func() error { return acquire(i) }); err != nil {
 					b.Error(err)
 					return
 				}
@@ -296,11 +291,22 @@ func acquireMany(b *testing.B, n int, acquire func(i int) error) {
 	wg.Wait()
 }
 
-// overloadTries and overloadBackoff bound acquireMany's retries of an
-// overloaded answer: 100 × 50ms, far beyond a starved moment.
+// retryOn calls op again while it fails with target, as a caller backs
+// off an answer that says "later" (overloaded, no quorum on a starved
+// machine): at most retryTries times, retryBackoff apart, far beyond a
+// starved moment.
+func retryOn(target error, op func() error) error {
+	err := op()
+	for try := 0; errors.Is(err, target) && try < retryTries; try++ {
+		time.Sleep(retryBackoff)
+		err = op()
+	}
+	return err
+}
+
 const (
-	overloadTries   = 100
-	overloadBackoff = 50 * time.Millisecond
+	retryTries   = 100
+	retryBackoff = 50 * time.Millisecond
 )
 
 // measureRenewals runs work for b.N windows and reports CPU µs per renewal.

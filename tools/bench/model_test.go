@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -299,37 +298,27 @@ func costOfEngineOps(b *testing.B, masters, callers int) {
 	ms := startMeteredMasters(b, masters)
 	ctx := context.Background()
 	ops := make([]lockOps, callers)
+	// 16 callers' first calls each open connections to 5 masters, which a
+	// starved machine (bench-smoke beside the rest of make test) may not
+	// finish within the node timeout: a no-quorum answer is retried, with
+	// the same value, as a caller would.
 	for w := range ops {
 		locker := ms.locker(b)
 		ops[w] = lockOps{
 			acquire: func(name string) string {
-				if err := retryNoQuorum(func() error { _, err := locker.Acquire(ctx, name, "v", 10*time.Second); return err }); err != nil {
+				if err := retryOn(redlock.ErrNoQuorum, func() error { _, err := locker.Acquire(ctx, name, "v", 10*time.Second); return err }); err != nil {
 					b.Error(err)
 				}
 				return "v"
 			},
 			release: func(name, token string) {
-				if err := retryNoQuorum(func() error { return locker.Release(ctx, name, token) }); err != nil {
+				if err := retryOn(redlock.ErrNoQuorum, func() error { return locker.Release(ctx, name, token) }); err != nil {
 					b.Error(err)
 				}
 			},
 		}
 	}
 	costOfOps(b, ms, 0, ops)
-}
-
-// retryNoQuorum calls op again, a bounded number of times, while no
-// quorum answered in time: 16 callers' first calls each open connections
-// to 5 masters, which a starved machine (bench-smoke beside the rest of
-// make test) may not finish within the node timeout. The same value is
-// taken again, so a retry is an acquisition as a caller's would be.
-func retryNoQuorum(op func() error) error {
-	err := op()
-	for try := 0; errors.Is(err, redlock.ErrNoQuorum) && try < overloadTries; try++ {
-		time.Sleep(overloadBackoff)
-		err = op()
-	}
-	return err
 }
 
 // costOfHTTPOps is one caller's POST then DELETE through the lock API
